@@ -1,0 +1,423 @@
+"""The training configuration: one frozen, typed object built once.
+
+Precedence: field defaults < dataset preset < user hyperparameters. Field names are the
+hyperparameter names (GluonCV's flags with underscores), so tuning jobs target them directly.
+Values arrive as SageMaker sends them (strings, sometimes JSON-quoted) or as Python values;
+both go through the same parsers. Nothing here imports mxnet or reads the environment.
+"""
+
+import dataclasses
+import difflib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from .errors import ConfigError
+
+# Networks GluonCV's model zoo builds, plus one small network of ours for CPU runs.
+NETWORKS = (
+    "faster_rcnn_resnet50_v1b_voc",
+    "faster_rcnn_resnet101_v1d_voc",
+    "faster_rcnn_resnet50_v1b_coco",
+    "faster_rcnn_resnet101_v1d_coco",
+    "faster_rcnn_fpn_resnet50_v1b_coco",
+    "faster_rcnn_fpn_resnet101_v1d_coco",
+    "faster_rcnn_resnet18_v1b_voc",  # project-defined: ResNet-18 backbone, light heads, CPU-sized
+)
+FPN_NETWORKS = tuple(n for n in NETWORKS if "_fpn_" in n)
+DATASETS = ("voc", "coco", "custom")
+KV_STORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
+
+# Keys SageMaker and the SDK add on their own; they are not ours to validate.
+RESERVED_PREFIXES = ("sagemaker_",)
+RESERVED_KEYS = ("_tuning_objective_metric",)
+
+VOC_SPLITS = ("2007_trainval", "2012_trainval")
+VOC_VAL_SPLITS = ("2007_test",)
+COCO_SPLITS = ("instances_train2017",)
+COCO_VAL_SPLITS = ("instances_val2017",)
+
+# GluonCV's train_faster_rcnn.py defaults per dataset. lr_base_batch_size is the global batch
+# the published learning rate was tuned for (VOC: 4 GPUs x 1 image; COCO: 8 x 1).
+PRESETS = {
+    "voc": dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
+                lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS),
+    "custom": dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
+                   lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS),
+    "coco": dict(epochs=26, lr=0.01, lr_decay_epoch=(17, 23), lr_warmup=1000, wd=1e-4,
+                 lr_base_batch_size=8, train_splits=COCO_SPLITS, val_splits=COCO_VAL_SPLITS),
+}
+
+
+# --- value parsers: raw (str or Python value) -> typed value, ValueError with the expectation ---
+
+_TRUE = ("true", "1", "yes", "y", "on")
+_FALSE = ("false", "0", "no", "n", "off")
+
+
+def decode(raw):
+    """JSON-decode a SageMaker hyperparameter string, keeping the raw string when it is not JSON."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def parse_bool(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise ValueError("a boolean (true/false, 1/0, yes/no)")
+
+
+def parse_int(value):
+    if isinstance(value, bool):
+        raise ValueError("an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ValueError("an integer")
+
+
+def parse_float(value):
+    if isinstance(value, bool):
+        raise ValueError("a number")
+    if isinstance(value, (int, float)):
+        result = float(value)
+    elif isinstance(value, str):
+        try:
+            result = float(value.strip())
+        except ValueError:
+            raise ValueError("a number") from None
+    else:
+        raise ValueError("a number")
+    if not math.isfinite(result):
+        raise ValueError("a finite number")
+    return result
+
+
+def parse_str(value):
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError("a string")
+
+
+def _split_list(value):
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                decoded = json.loads(text)
+            except ValueError:
+                raise ValueError("a list, as JSON ([14, 20]) or comma-separated (14,20)") from None
+            if isinstance(decoded, list):
+                return decoded
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return [value]
+
+
+def parse_int_list(value):
+    try:
+        return tuple(parse_int(v) for v in _split_list(value))
+    except ValueError:
+        raise ValueError("a list of integers, as JSON ([14, 20]) or comma-separated (14,20)") from None
+
+
+def parse_str_list(value):
+    try:
+        return tuple(parse_str(v) for v in _split_list(value))
+    except ValueError:
+        raise ValueError("a list of names, as JSON ([\"a\", \"b\"]) or comma-separated (a,b)") from None
+
+
+def choice(options):
+    def parse(value):
+        text = parse_str(value) if not isinstance(value, bool) else None
+        if text in options:
+            return text
+        raise ValueError("one of: %s" % ", ".join(options))
+
+    return parse
+
+
+def optional(parser):
+    def parse(value):
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null", "auto")):
+            return None
+        return parser(value)
+
+    parse.optional = True
+    return parse
+
+
+def check(parser, predicate, what):
+    """Wrap a parser with a range check; ``what`` describes the valid range."""
+
+    def parse(value):
+        result = parser(value)
+        if result is not None and not predicate(result):
+            raise ValueError(what)
+        return result
+
+    return parse
+
+
+def hp(default, parser, help_text):
+    """A hyperparameter field: default, parser and help live together."""
+    return field(default=default, metadata={"parse": parser, "help": help_text})
+
+
+_pos_int = check(parse_int, lambda v: v >= 1, "an integer >= 1")
+_nonneg_int = check(parse_int, lambda v: v >= 0, "an integer >= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyperparameters of a training job. ``None`` means: take the dataset preset or derive it."""
+
+    network: str = hp("faster_rcnn_resnet50_v1b_voc", choice(NETWORKS),
+                      "Base network name (GluonCV model zoo name).")
+    dataset: str = hp("voc", choice(DATASETS),
+                      "voc (Pascal VOC, 20 classes), coco, or custom (VOC layout, own classes).")
+    classes: Tuple[str, ...] = hp((), parse_str_list,
+                                  "custom only: class names; empty means read them from the "
+                                  "training annotations.")
+    train_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
+                                                 "Training splits, e.g. 2007_trainval,2012_trainval.")
+    val_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
+                                               "Validation splits, e.g. 2007_test.")
+    short: Optional[Tuple[int, ...]] = hp(None, optional(check(parse_int_list, lambda v: len(v) > 0 and min(v) >= 32, "image sizes >= 32")),
+                                          "Shorter image side; several values train multi-scale. "
+                                          "Default: the network's (600 for VOC).")
+    max_size: Optional[int] = hp(None, optional(check(parse_int, lambda v: v >= 32, "an integer >= 32")),
+                                 "Longer side cap. Default: the network's (1000 for VOC).")
+    batch_size: Optional[int] = hp(None, optional(_pos_int),
+                                   "GLOBAL mini-batch size, split evenly over all ranks. "
+                                   "Default: one image per rank.")
+    epochs: Optional[int] = hp(None, optional(_pos_int), "Training epochs.")
+    lr: Optional[float] = hp(None, optional(check(parse_float, lambda v: 0 < v <= 10, "a number in (0, 10]")),
+                             "Learning rate at the global batch lr_base_batch_size; scaled "
+                             "linearly to the actual global batch.")
+    lr_base_batch_size: Optional[int] = hp(None, optional(_pos_int),
+                                           "Global batch that lr is given for (VOC 4, COCO 8).")
+    lr_decay: float = hp(0.1, check(parse_float, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+                         "Learning-rate decay factor.")
+    lr_decay_epoch: Optional[Tuple[int, ...]] = hp(None, optional(check(parse_int_list, lambda v: all(e >= 1 for e in v), "epochs >= 1")),
+                                                   "Epochs at which the learning rate decays, e.g. 14,20.")
+    lr_warmup: Optional[int] = hp(None, optional(check(parse_int, lambda v: v >= -1, "an integer >= -1")),
+                                  "Warm-up iterations (-1 or 0: none).")
+    lr_warmup_factor: float = hp(1.0 / 3.0, check(parse_float, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+                                 "Warm-up starts at lr * lr_warmup_factor.")
+    wd: Optional[float] = hp(None, optional(check(parse_float, lambda v: 0 <= v < 1, "a number in [0, 1)")),
+                             "Weight decay.")
+    momentum: float = hp(0.9, check(parse_float, lambda v: 0 <= v < 1, "a number in [0, 1)"), "SGD momentum.")
+    no_wd: bool = hp(False, parse_bool, "No weight decay on bias, beta and gamma.")
+    clip_gradient: float = hp(-1.0, parse_float, "Clip gradients at this value; <= 0 turns clipping off.")
+    mixup: bool = hp(False, parse_bool, "Mixup training augmentation.")
+    no_mixup_epochs: int = hp(20, _nonneg_int, "Turn mixup off for the last N epochs.")
+    amp: bool = hp(False, parse_bool, "Automatic mixed precision (GPU only).")
+    static_alloc: bool = hp(False, parse_bool, "static_alloc when hybridizing (faster, more memory).")
+    disable_hybridization: bool = hp(False, parse_bool, "Run the network imperatively.")
+    executor_threads: int = hp(4, _pos_int,
+                               "MXNet engine worker threads per device for this rank's process.")
+    kv_store: str = hp("device", choice(KV_STORES),
+                       "KVStore for a single process; ranks under Horovod use allreduce instead.")
+    rpn_smoothl1_rho: float = hp(1.0 / 9.0, check(parse_float, lambda v: v > 0, "a number > 0"),
+                                 "RPN box regression smooth-L1 rho.")
+    rcnn_smoothl1_rho: float = hp(1.0, check(parse_float, lambda v: v > 0, "a number > 0"),
+                                  "R-CNN box regression smooth-L1 rho.")
+    num_workers: int = hp(4, _nonneg_int, "Data-loading worker processes per rank.")
+    log_interval: int = hp(100, _pos_int, "Log training metrics every N iterations.")
+    val_interval: int = hp(1, _pos_int, "Validate every N epochs (and after the last).")
+    save_interval: int = hp(1, _pos_int, "Checkpoint every N epochs (and after the last).")
+    keep_checkpoints: int = hp(3, _pos_int, "Keep the last N complete checkpoints.")
+    pretrained_base: bool = hp(True, parse_bool,
+                               "Start the backbone from ImageNet weights (the 'pretrained' channel, "
+                               "else GluonCV's download); false trains it from scratch.")
+    seed: int = hp(233, _nonneg_int, "Random seed (each rank derives its own).")
+    verbose: bool = hp(False, parse_bool, "Log the network and per-iteration details.")
+
+    # -- derived values: functions of the config and the world size, never stored --
+
+    @property
+    def preset(self):
+        return PRESETS[self.dataset]
+
+    def value(self, name):
+        """The effective value of a field: the user's, else the dataset preset's."""
+        own = getattr(self, name)
+        if own is None and name in self.preset:
+            return self.preset[name]
+        return own
+
+    def per_rank_batch(self, world_size):
+        """Images per rank per step. Raises ConfigError naming the nearest valid sizes."""
+        global_batch = self.global_batch(world_size)
+        if global_batch % world_size or global_batch < world_size:
+            lower = (global_batch // world_size) * world_size
+            nearest = [n for n in (lower, lower + world_size) if n >= world_size]
+            raise ConfigError(
+                "batch_size=%d is the GLOBAL batch and must be a positive multiple of the %d "
+                "ranks (hosts x processes per host) so every rank gets the same number of images."
+                % (global_batch, world_size),
+                "set batch_size to %s." % " or ".join(str(n) for n in nearest),
+            )
+        return global_batch // world_size
+
+    def global_batch(self, world_size):
+        return self.batch_size if self.batch_size is not None else world_size
+
+    def effective_lr(self, world_size):
+        """Linear scaling rule: lr is given for lr_base_batch_size images; scale to the actual
+        global batch (Goyal et al. 2017; gradients are averaged over all ranks by Horovod)."""
+        return self.value("lr") * self.global_batch(world_size) / self.value("lr_base_batch_size")
+
+    @property
+    def warmup_iters(self):
+        return max(0, self.value("lr_warmup"))
+
+    @property
+    def use_fpn(self):
+        return self.network in FPN_NETWORKS
+
+    def resolved(self, world_size):
+        """Every effective value, plus the derived ones, as a JSON-able dict (logged and saved)."""
+        values = {f.name: self.value(f.name) for f in dataclasses.fields(self)}
+        values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        values.update(
+            world_size=world_size,
+            global_batch=self.global_batch(world_size),
+            per_rank_batch=self.per_rank_batch(world_size),
+            effective_lr=self.effective_lr(world_size),
+            lr_scaling="linear: effective_lr = lr * global_batch / lr_base_batch_size",
+        )
+        return values
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def closest_key(key):
+    match = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.5)
+    return match[0] if match else None
+
+
+def split_reserved(hyperparameters):
+    """Separate SageMaker's own keys (sagemaker_*, _tuning_objective_metric) from ours."""
+    ours, reserved = {}, {}
+    for key, value in hyperparameters.items():
+        if key.startswith(RESERVED_PREFIXES) or key in RESERVED_KEYS:
+            reserved[key] = value
+        else:
+            ours[key] = value
+    return ours, reserved
+
+
+def _shown(raw):
+    text = raw if isinstance(raw, str) else json.dumps(raw)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def from_hyperparameters(hyperparameters, extra_keys=()):
+    """Build and validate a TrainConfig from a mapping of hyperparameters.
+
+    ``extra_keys`` are keys another layer owns (launch settings); they are accepted and ignored
+    here. All problems are reported together, each naming the key, the value and what was expected.
+    """
+    ours, _ = split_reserved(hyperparameters)
+    values, problems = {}, []
+    for key, raw in sorted(ours.items()):
+        if key in extra_keys:
+            continue
+        if key not in FIELDS:
+            hint = closest_key(key)
+            problems.append("unknown hyperparameter '%s'%s" % (
+                key, " (did you mean '%s'?)" % hint if hint else ""))
+            continue
+        parser = FIELDS[key].metadata["parse"]
+        decoded = decode(raw)
+        try:
+            # A string field keeps the raw text when JSON turned it into a number.
+            value = parser(decoded)
+        except ValueError as exc:
+            if isinstance(raw, str) and decoded is not raw:
+                try:
+                    value = parser(raw)
+                except ValueError:
+                    problems.append("%s=%s: expected %s" % (key, _shown(raw), exc))
+                    continue
+            else:
+                problems.append("%s=%s: expected %s" % (key, _shown(raw), exc))
+                continue
+        values[key] = value
+    if problems:
+        raise ConfigError("invalid hyperparameters: " + "; ".join(problems) + ".",
+                          "correct the hyperparameters named above (see the README's table).")
+    config = TrainConfig(**values)
+    validate(config)
+    return config
+
+
+def validate(config):
+    """Rules that involve more than one field."""
+    problems = []
+    if config.dataset != "custom" and config.classes:
+        problems.append("classes is only used with dataset=custom (dataset=%s has fixed classes)"
+                        % config.dataset)
+    if len(set(config.classes)) != len(config.classes):
+        problems.append("classes contains duplicates: %s" % ",".join(config.classes))
+    decay = config.value("lr_decay_epoch")
+    if list(decay) != sorted(set(decay)):
+        problems.append("lr_decay_epoch=%s must be strictly increasing" % ",".join(map(str, decay)))
+    if config.mixup and config.no_mixup_epochs >= config.value("epochs") and config.no_mixup_epochs:
+        problems.append("mixup=true with no_mixup_epochs=%d >= epochs=%d never mixes; lower "
+                        "no_mixup_epochs" % (config.no_mixup_epochs, config.value("epochs")))
+    for splits_key in ("train_splits", "val_splits"):
+        splits = config.value(splits_key)
+        if not splits:
+            problems.append("%s must name at least one split" % splits_key)
+        elif config.dataset in ("voc", "custom"):
+            bad = [s for s in splits if not _is_voc_split(s)]
+            if bad:
+                problems.append("%s=%s: expected YEAR_NAME such as 2007_trainval" % (splits_key, ",".join(bad)))
+    if problems:
+        raise ConfigError("invalid combination of hyperparameters: " + "; ".join(problems) + ".",
+                          "change the values named above.")
+
+
+def _is_voc_split(split):
+    year, _, name = split.partition("_")
+    return len(year) == 4 and year.isdigit() and bool(name)
+
+
+def voc_splits(splits):
+    """'2007_trainval' -> (2007, 'trainval'), the form GluonCV's VOCDetection takes."""
+    return [(int(s.partition("_")[0]), s.partition("_")[2]) for s in splits]
+
+
+def describe():
+    """Name, default and help of every hyperparameter (for the README and --help)."""
+    rows = []
+    for f in dataclasses.fields(TrainConfig):
+        rows.append((f.name, f.default, f.metadata["help"]))
+    return rows

@@ -1,0 +1,289 @@
+"""Datasets, samplers and loaders.
+
+Each rank reads its own shard through GluonCV's SplitSortedBucketSampler. GluonCV's sampler gives
+ranks different batch counts in some cases (tiny datasets, many ranks: a shard can even be empty),
+and Horovod then hangs at epoch end. :class:`EqualStepsBatchSampler` wraps it so that every rank
+yields exactly :func:`steps_per_epoch` batches, for any dataset size and world size.
+"""
+
+import logging
+import math
+import os
+import random
+from dataclasses import dataclass
+from xml.etree import ElementTree as ET
+
+import numpy as np
+
+from .config import voc_splits
+from .errors import DataError
+
+
+def split_sorted_bucket_sampler_class():
+    """GluonCV moved the sampler from gluoncv.nn.sampler (<= 0.8) to gluoncv.data.sampler."""
+    try:
+        from gluoncv.data.sampler import SplitSortedBucketSampler
+    except ImportError:  # pragma: no cover - older gluoncv
+        from gluoncv.nn.sampler import SplitSortedBucketSampler
+    return SplitSortedBucketSampler
+
+
+def steps_per_epoch(num_samples, world_size, per_rank_batch):
+    """Steps every rank runs per epoch: enough for each rank to see its ceil(N / size) share."""
+    if num_samples <= 0:
+        raise DataError("the training split has no images.", "check train_splits and the dataset.")
+    share = int(math.ceil(num_samples / float(world_size)))
+    return max(1, int(math.ceil(share / float(per_rank_batch))))
+
+
+class EqualStepsBatchSampler:
+    """Yields exactly ``steps`` non-empty batches per epoch from this rank's GluonCV shard.
+
+    Short shards are padded by cycling their own batches (a rank whose shard is empty borrows a
+    deterministic slice of the whole dataset); long ones are truncated. The partition permutation
+    depends only on (seed, epoch), so shards stay disjoint across ranks; the order inside a shard
+    depends on (seed, epoch, rank), so a resumed job sees the same order again.
+    """
+
+    def __init__(self, aspect_ratios, batch_size, num_parts, part_index, steps, seed=0,
+                 shuffle=True):
+        self._keys = list(aspect_ratios)
+        self._batch_size = batch_size
+        self._num_parts = num_parts
+        self._part_index = part_index
+        self._steps = steps
+        self._seed = seed
+        self._shuffle = shuffle
+        self._epoch = 0
+
+    def set_epoch(self, epoch):
+        self._epoch = epoch
+
+    def __len__(self):
+        return self._steps
+
+    def batches(self, epoch):
+        sampler_cls = split_sorted_bucket_sampler_class()
+        # GluonCV's sampler draws from numpy's and Python's global generators.
+        np.random.seed((self._seed * 1000003 + epoch * 7919 + self._part_index) % (2 ** 32))
+        random.seed("%d-%d-%d" % (self._seed, epoch, self._part_index))
+        inner = sampler_cls(self._keys, self._batch_size, num_parts=self._num_parts,
+                            part_index=self._part_index, shuffle=self._shuffle,
+                            seed=self._seed + epoch)
+        batches = [list(map(int, b)) for b in inner if len(b)]
+        if not batches:
+            n = len(self._keys)
+            start = self._part_index * self._batch_size
+            batches = [[(start + j) % n for j in range(self._batch_size)]]
+        while len(batches) < self._steps:
+            batches.extend(batches[: self._steps - len(batches)])
+        return batches[: self._steps]
+
+    def __iter__(self):
+        return iter(self.batches(self._epoch))
+
+
+class IndexSampler:
+    """Yields the given indices in order (a rank's slice of the validation set)."""
+
+    def __init__(self, indices):
+        self._indices = list(indices)
+
+    def __iter__(self):
+        return iter(self._indices)
+
+    def __len__(self):
+        return len(self._indices)
+
+
+@dataclass
+class Datasets:
+    train: object
+    val: object
+    classes: tuple
+    aspect_ratios: list
+
+
+def find_devkit(root, years=()):
+    """The directory holding VOC<year> folders: root itself, root/VOCdevkit, or one level below."""
+    candidates = [root, os.path.join(root, "VOCdevkit")]
+    if os.path.isdir(root):
+        candidates += [os.path.join(root, d) for d in sorted(os.listdir(root))]
+        candidates += [os.path.join(root, d, "VOCdevkit") for d in sorted(os.listdir(root))]
+    for cand in candidates:
+        if os.path.isdir(cand) and all(os.path.isdir(os.path.join(cand, "VOC%d" % y)) for y in years) \
+                and any(n.startswith("VOC") for n in os.listdir(cand)):
+            return cand
+    raise DataError(
+        "no VOCdevkit with %s found under %s." % (", ".join("VOC%d" % y for y in years) or "VOC<year>", root),
+        "provide the VOC tars or an extracted VOCdevkit in the 'voc' channel, or adjust train_splits/val_splits.",
+    )
+
+
+def _check_split_files(devkit, splits):
+    for year, name in splits:
+        path = os.path.join(devkit, "VOC%d" % year, "ImageSets", "Main", name + ".txt")
+        if not os.path.isfile(path):
+            raise DataError("split file %s is missing." % path,
+                            "add it, or choose existing splits with train_splits/val_splits.")
+
+
+def _split_ids(devkit, splits):
+    for year, name in splits:
+        path = os.path.join(devkit, "VOC%d" % year, "ImageSets", "Main", name + ".txt")
+        with open(path) as handle:
+            for line in handle:
+                if line.strip():
+                    yield os.path.join(devkit, "VOC%d" % year), line.strip().split()[0]
+
+
+def infer_voc_classes(devkit, splits):
+    """Sorted object names found in the annotations of the given splits."""
+    names = set()
+    for base, image_id in _split_ids(devkit, splits):
+        tree = ET.parse(os.path.join(base, "Annotations", image_id + ".xml"))
+        names.update(obj.find("name").text.strip().lower() for obj in tree.iter("object"))
+    if not names:
+        raise DataError("no objects found in the annotations of the training splits.",
+                        "check the Annotations folder, or name the classes with 'classes'.")
+    return tuple(sorted(names))
+
+
+def voc_aspect_ratios(items):
+    """width / height per (VOC folder, image id), read from the annotation's <size> (GluonCV's VOC
+    reader has no get_im_aspect_ratio); 1.0 where the size is missing."""
+    ratios = []
+    for base, image_id in items:
+        try:
+            size = ET.parse(os.path.join(base, "Annotations", image_id + ".xml")).find("size")
+            ratios.append(float(size.find("width").text) / float(size.find("height").text))
+        except (AttributeError, ValueError, ZeroDivisionError, OSError, ET.ParseError):
+            ratios.append(1.0)
+    return ratios
+
+
+class SubsetDataset:
+    """The items of ``base`` at ``indices`` (images that have at least one object to learn)."""
+
+    def __init__(self, base, indices):
+        self._base = base
+        self._indices = list(indices)
+
+    def __len__(self):
+        return len(self._indices)
+
+    def __getitem__(self, idx):
+        return self._base[self._indices[idx]]
+
+    @property
+    def classes(self):
+        return self._base.classes
+
+    def transform(self, fn, lazy=True):
+        import mxnet as mx
+
+        return mx.gluon.data.SimpleDataset(self).transform(fn, lazy)
+
+
+def _voc_dataset(devkit, splits, classes, what):
+    """GluonCV's VOC reader for ``classes``; images without any object of those classes (GluonCV
+    skips other class names) are left out, since they have nothing to train or score."""
+    from gluoncv.data import VOCDetection
+
+    cls = VOCDetection
+    if tuple(classes) != tuple(VOCDetection.CLASSES):
+        cls = type("CustomVOCDetection", (VOCDetection,), {"CLASSES": tuple(classes)})
+    dataset = cls(root=devkit, splits=splits)
+    keep = [i for i in range(len(dataset)) if len(dataset._label_cache[i])]  # pylint: disable=protected-access
+    if not keep:
+        raise DataError("no %s image has an object of the classes %s (GluonCV reads names in "
+                        "lower case)." % (what, ", ".join(classes)),
+                        "name classes as they appear in the annotations, or leave 'classes' "
+                        "empty to read them from the annotations.")
+    if len(keep) < len(dataset):
+        logging.getLogger("frcnn_train").warning(
+            "%s: %d of %d images have no object of the configured classes and are left out",
+            what, len(dataset) - len(keep), len(dataset))
+        items = [dataset._items[i] for i in keep]  # pylint: disable=protected-access
+        return SubsetDataset(dataset, keep), items
+    return dataset, list(dataset._items)  # pylint: disable=protected-access
+
+
+def build_datasets(config, data_root):
+    """Training and validation datasets for the configured dataset kind."""
+    if config.dataset == "coco":
+        return _coco_datasets(config, data_root)
+    train_splits = voc_splits(config.value("train_splits"))
+    val_splits = voc_splits(config.value("val_splits"))
+    years = sorted({y for y, _ in train_splits + val_splits})
+    devkit = find_devkit(data_root, years)
+    _check_split_files(devkit, train_splits + val_splits)
+    if config.dataset == "voc":
+        from gluoncv.data import VOCDetection
+
+        classes = tuple(VOCDetection.CLASSES)
+    else:
+        classes = tuple(c.lower() for c in config.classes) or infer_voc_classes(devkit, train_splits)
+    train, train_items = _voc_dataset(devkit, train_splits, classes, "training")
+    val, _ = _voc_dataset(devkit, val_splits, classes, "validation")
+    return Datasets(train=train, val=val, classes=classes, aspect_ratios=voc_aspect_ratios(train_items))
+
+
+def _coco_datasets(config, data_root):
+    from gluoncv.data import COCODetection
+
+    try:
+        train = COCODetection(root=data_root, splits=list(config.value("train_splits")), use_crowd=False)
+        val = COCODetection(root=data_root, splits=list(config.value("val_splits")), skip_empty=False)
+    except (OSError, ImportError) as exc:
+        raise DataError("cannot read COCO from %s: %s" % (data_root, exc),
+                        "provide annotations/<split>.json and the image folders, and install "
+                        "pycocotools.") from exc
+    return Datasets(train=train, val=val, classes=tuple(train.classes),
+                    aspect_ratios=list(train.get_im_aspect_ratio()))
+
+
+def image_sizes(config, net):
+    """(train short sides, val short side, max size): the config's, else the network's."""
+    short = config.short if config.short is not None else net.short
+    short = tuple(short) if isinstance(short, (list, tuple)) else (short,)
+    max_size = config.max_size if config.max_size is not None else net.max_size
+    return short, short[-1], max_size
+
+
+def build_train_loader(config, net, datasets, world, per_rank_batch, steps):
+    """The training loader of this rank and the handles the engine needs each epoch."""
+    import mxnet as mx
+    from gluoncv.data.batchify import FasterRCNNTrainBatchify
+    from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultTrainTransform
+
+    dataset = datasets.train
+    mixup = None
+    if config.mixup:
+        from gluoncv.data.mixup.detection import MixupDetection
+
+        dataset = mixup = MixupDetection(dataset)
+    short, _, max_size = image_sizes(config, net)
+    transform = FasterRCNNDefaultTrainTransform(
+        short if len(short) > 1 else short[0], max_size, net, ashape=net.ashape,
+        multi_stage=config.use_fpn)
+    sampler = EqualStepsBatchSampler(datasets.aspect_ratios, per_rank_batch, world.size,
+                                     world.rank, steps, seed=config.seed)
+    loader = mx.gluon.data.DataLoader(
+        dataset.transform(transform), batch_sampler=sampler,
+        batchify_fn=FasterRCNNTrainBatchify(net, 1), num_workers=config.num_workers)
+    return loader, sampler, mixup
+
+
+def build_val_loader(config, net, datasets, world):
+    """This rank's slice of the validation set (every size-th image), one image per batch."""
+    import mxnet as mx
+    from gluoncv.data.batchify import Append, Tuple
+    from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultValTransform
+
+    _, val_short, max_size = image_sizes(config, net)
+    indices = list(range(world.rank, len(datasets.val), world.size))
+    return mx.gluon.data.DataLoader(
+        datasets.val.transform(FasterRCNNDefaultValTransform(val_short, max_size)),
+        batch_sampler=mx.gluon.data.BatchSampler(IndexSampler(indices), 1, "keep"),
+        batchify_fn=Tuple(*[Append() for _ in range(3)]), num_workers=config.num_workers), indices

@@ -1,0 +1,109 @@
+"""The one module that knows Horovod.
+
+Everything else receives a :class:`Distributed` value: the world (rank, local rank, size, ...)
+and a few operations (broadcast parameters, allgather objects, make a trainer, sum numbers).
+A single process is the same code with size 1 and no Horovod import.
+"""
+
+import os
+from dataclasses import dataclass
+
+# Variables that horovodrun (gloo) or mpirun set in every rank they start.
+_LAUNCHER_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+
+    @property
+    def is_main(self):
+        """Rank 0: the one rank that writes the model directory and the summary logs."""
+        return self.rank == 0
+
+    @property
+    def is_local_main(self):
+        return self.local_rank == 0
+
+
+def launched_by_horovod(environ=None):
+    environ = os.environ if environ is None else environ
+    return any(var in environ for var in _LAUNCHER_VARS)
+
+
+class SingleProcess:
+    """Size-1 world: every collective is the identity."""
+
+    def __init__(self):
+        self.world = World()
+
+    def broadcast_parameters(self, params):
+        return None
+
+    def allgather_object(self, obj):
+        return [obj]
+
+    def broadcast_object(self, obj):
+        return obj
+
+    def allreduce_sum(self, values):
+        return [float(v) for v in values]
+
+    def barrier(self):
+        return None
+
+    def make_trainer(self, params, optimizer, optimizer_params, kvstore):
+        import mxnet as mx
+
+        return mx.gluon.Trainer(params, optimizer, optimizer_params, kvstore=kvstore)
+
+    def shutdown(self):
+        return None
+
+
+class Horovod:
+    """Horovod world: one rank per device, gradients averaged by allreduce."""
+
+    def __init__(self):
+        import horovod.mxnet as hvd
+
+        hvd.init()
+        self._hvd = hvd
+        self.world = World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
+                           local_size=hvd.local_size())
+
+    def broadcast_parameters(self, params):
+        self._hvd.broadcast_parameters(params, root_rank=0)
+
+    def allgather_object(self, obj):
+        return self._hvd.allgather_object(obj)
+
+    def broadcast_object(self, obj):
+        return self._hvd.broadcast_object(obj, root_rank=0)
+
+    def allreduce_sum(self, values):
+        import mxnet as mx
+
+        tensor = mx.nd.array([float(v) for v in values], dtype="float64")
+        summed = self._hvd.allreduce(tensor, average=False, name=None)
+        return [float(v) for v in summed.asnumpy()]
+
+    def barrier(self):
+        self.allreduce_sum([0.0])
+
+    def make_trainer(self, params, optimizer, optimizer_params, kvstore):
+        # kvstore is a single-process setting; Horovod replaces it with allreduce.
+        return self._hvd.DistributedTrainer(params, optimizer, optimizer_params)
+
+    def shutdown(self):
+        self._hvd.shutdown()
+
+
+def init_distributed(environ=None):
+    """Horovod when a launcher started this process, otherwise a single process."""
+    if launched_by_horovod(environ):
+        return Horovod()
+    return SingleProcess()

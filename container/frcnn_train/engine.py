@@ -1,0 +1,253 @@
+"""A small training loop and the hooks around it.
+
+The loop does forward/backward and the optimizer update; everything else is a hook, run in list
+order at each point: learning rate, epoch set-up (sampler epoch, mixup), metric logging,
+validation, checkpointing, model export. ``after_train`` runs in ``finally``. Hooks that write
+files do so on the main rank only, and say so once (``main_only``); hooks that call collectives
+run on every rank at the same point, since every rank runs the same number of steps.
+"""
+
+import json
+import logging
+import math
+import os
+import time
+
+from .step import LOSS_NAMES, METRIC_NAMES, MetricSums
+
+LOG = logging.getLogger("frcnn_train")
+ALL_METRICS = LOSS_NAMES + METRIC_NAMES
+
+
+class Hook:
+    main_only = False
+
+    def before_train(self, engine):
+        pass
+
+    def before_epoch(self, engine):
+        pass
+
+    def before_step(self, engine):
+        pass
+
+    def after_step(self, engine):
+        pass
+
+    def after_epoch(self, engine):
+        pass
+
+    def after_train(self, engine):
+        pass
+
+
+class Engine:
+    """Runs epochs ``start_epoch .. epochs-1`` of ``steps`` steps each."""
+
+    def __init__(self, *, config, world, dist, net, trainer, step, loader, steps, per_rank_batch,
+                 start_epoch=0, global_step=0, hooks=()):
+        self.config = config
+        self.world = world
+        self.dist = dist
+        self.net = net
+        self.trainer = trainer
+        self.step = step
+        self.loader = loader
+        self.steps = steps
+        self.per_rank_batch = per_rank_batch
+        self.epoch = start_epoch
+        self.start_epoch = start_epoch
+        self.global_step = global_step
+        self.iteration = 0
+        self.sums = MetricSums()
+        self.hooks = [h for h in hooks if world.is_main or not h.main_only]
+        self.completed = False
+        self.best_map = float("-inf")
+        self.history = []  # one dict per finished epoch: losses, metrics, mAP
+        self.last_validation = None
+
+    def _call(self, point):
+        for hook in self.hooks:
+            getattr(hook, point)(self)
+
+    def run(self):
+        self._call("before_train")
+        try:
+            while self.epoch < self.config.value("epochs"):
+                self._call("before_epoch")
+                for self.iteration, batch in enumerate(self.loader):
+                    self._call("before_step")
+                    self.step(batch, self.sums)
+                    self.trainer.step(self.per_rank_batch)
+                    self.global_step += 1
+                    self._call("after_step")
+                self._call("after_epoch")
+                self.epoch += 1
+            self.completed = True
+        finally:
+            self._call("after_train")
+
+    @property
+    def last_epoch(self):
+        return self.epoch == self.config.value("epochs") - 1
+
+
+def every(n, epoch, last):
+    return last or (epoch + 1) % n == 0
+
+
+class LearningRateHook(Hook):
+    def __init__(self, lr_fn):
+        self.lr_fn = lr_fn  # (epoch, global_step) -> lr
+
+    def before_step(self, engine):
+        engine.trainer.set_learning_rate(self.lr_fn(engine.epoch, engine.global_step))
+
+
+class EpochSetupHook(Hook):
+    """Sampler epoch (order and shard), and GluonCV's mixup schedule."""
+
+    def __init__(self, sampler, mixup_dataset, hybridize):
+        self.sampler = sampler
+        self.mixup = mixup_dataset
+        self.hybridize = hybridize
+
+    def before_epoch(self, engine):
+        self.hybridize()
+        self.sampler.set_epoch(engine.epoch)
+        if self.mixup is None:
+            return
+        import numpy as np
+
+        if engine.epoch >= engine.config.value("epochs") - engine.config.no_mixup_epochs:
+            self.mixup.set_mixup(None)
+            engine.step.mix_ratio = 1.0
+        else:
+            # Even mixing only, as GluonCV: the target generator cannot weight the boxes.
+            self.mixup.set_mixup(np.random.uniform, 0.5, 0.5)
+            engine.step.mix_ratio = 0.5
+
+
+def format_metrics(values):
+    return " ".join("%s=%.5f" % (k, values[k]) for k in ALL_METRICS if k in values)
+
+
+class MetricLogHook(Hook):
+    """Every log_interval steps: metrics summed over all ranks, global samples/s, lr.
+
+    Lines (stable, matched by the launcher's metric definitions)::
+
+        [Epoch 0][Batch 9/24] lr=0.001000 speed=3.2 samples/s rpn_conf_loss=0.1 ...
+        [Epoch 0] summary: time=12.3s speed=3.1 samples/s rpn_conf_loss=0.1 ...
+    """
+
+    def before_epoch(self, engine):
+        engine.sums.reset()
+        self.window = MetricSums()
+        self.epoch_start = self.window_start = time.time()
+        self.window_steps = 0
+
+    def after_step(self, engine):
+        self.window_steps += 1
+        if (engine.iteration + 1) % engine.config.log_interval == 0:
+            totals = engine.dist.allreduce_sum(engine.sums.flat(ALL_METRICS))
+            values = MetricSums.values_from_flat(ALL_METRICS, totals)
+            elapsed = max(time.time() - self.window_start, 1e-9)
+            speed = self.window_steps * engine.per_rank_batch * engine.world.size / elapsed
+            if engine.world.is_main:
+                LOG.info("[Epoch %d][Batch %d/%d] lr=%.6f speed=%.3f samples/s %s", engine.epoch,
+                         engine.iteration, engine.steps, engine.trainer.learning_rate, speed,
+                         format_metrics(values))
+            self.window_start, self.window_steps = time.time(), 0
+
+    def after_epoch(self, engine):
+        totals = engine.dist.allreduce_sum(engine.sums.flat(ALL_METRICS))
+        values = MetricSums.values_from_flat(ALL_METRICS, totals)
+        elapsed = max(time.time() - self.epoch_start, 1e-9)
+        speed = engine.steps * engine.per_rank_batch * engine.world.size / elapsed
+        record = dict(values, epoch=engine.epoch, time_s=elapsed, speed=speed,
+                      lr=engine.trainer.learning_rate)
+        engine.history.append(record)
+        if engine.world.is_main:
+            LOG.info("[Epoch %d] summary: time=%.1fs speed=%.3f samples/s lr=%.6f %s", engine.epoch,
+                     elapsed, speed, engine.trainer.learning_rate, format_metrics(values))
+        bad = [k for k in LOSS_NAMES if k in values and not math.isfinite(values[k])]
+        if bad:
+            from .errors import JobError
+
+            raise JobError("training diverged at epoch %d: %s became NaN/inf." % (engine.epoch, ", ".join(bad)),
+                           "lower lr, or set clip_gradient (e.g. 10), and check the annotations.")
+
+
+class ValidationHook(Hook):
+    """Every val_interval epochs and after the last: all ranks validate their shard together."""
+
+    def __init__(self, validate_fn, save_best_fn):
+        self.validate_fn = validate_fn  # () -> {'mAP', 'per_class', 'images'}
+        self.save_best_fn = save_best_fn  # (engine) -> None, main rank only
+
+    def after_epoch(self, engine):
+        if not every(engine.config.val_interval, engine.epoch, engine.last_epoch):
+            return
+        start = time.time()
+        result = self.validate_fn()
+        result["epoch"] = engine.epoch
+        engine.last_validation = result
+        engine.history[-1]["mAP"] = result["mAP"]
+        if engine.world.is_main:
+            for name, ap in result["per_class"].items():
+                LOG.info("validation: epoch=%d class=%s AP=%.4f", engine.epoch, name, ap)
+            LOG.info("validation: epoch=%d images=%d time=%.1fs mAP=%.4f", engine.epoch,
+                     result["images"], time.time() - start, result["mAP"])
+        if result["mAP"] > engine.best_map:
+            engine.best_map = result["mAP"]
+            if engine.world.is_main:
+                self.save_best_fn(engine)
+                LOG.info("validation: new best mAP=%.4f at epoch %d", result["mAP"], engine.epoch)
+
+
+class CheckpointHook(Hook):
+    """Every save_interval epochs and after the last: a complete, resumable checkpoint."""
+
+    main_only = True
+
+    def __init__(self, manager, config_dict):
+        self.manager = manager
+        self.config_dict = config_dict
+
+    def after_epoch(self, engine):
+        if not every(engine.config.save_interval, engine.epoch, engine.last_epoch):
+            return
+        state = {
+            "epoch": engine.epoch + 1,  # the next epoch to run
+            "global_step": engine.global_step,
+            "best_map": engine.best_map if math.isfinite(engine.best_map) else None,
+            "history": engine.history,
+            "config": self.config_dict,
+        }
+
+        def write(tmp):
+            engine.net.save_parameters(os.path.join(tmp, "model.params"))
+            engine.trainer.save_states(os.path.join(tmp, "trainer.states"))
+
+        path = self.manager.save(engine.epoch + 1, state, write)
+        LOG.info("checkpoint: saved %s (next epoch %d)", path, engine.epoch + 1)
+
+
+class FinalModelHook(Hook):
+    """After a completed run: the final model and its metadata into the model directory."""
+
+    main_only = True
+
+    def __init__(self, write_final_fn):
+        self.write_final_fn = write_final_fn
+
+    def after_train(self, engine):
+        if engine.completed:
+            self.write_final_fn(engine)
+
+
+def dump_json(path, value):
+    from .checkpoint import atomic_write_text
+
+    atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True, default=str) + "\n")

@@ -1,0 +1,75 @@
+"""Errors a user can act on.
+
+Every error the job raises on purpose is a :class:`JobError` with a category, a cause and a fix.
+The top-level handler turns it into the short ``/opt/ml/output/failure`` text (SageMaker shows
+the first 1024 characters as the job's FailureReason) and logs the full traceback.
+"""
+
+FAILURE_LIMIT = 1000  # SageMaker keeps 1024 characters; stay safely under it.
+
+
+class JobError(Exception):
+    """An error with a category (what went wrong), a cause and a fix."""
+
+    category = "JobError"
+
+    def __init__(self, cause, fix=""):
+        super().__init__(cause)
+        self.cause = cause
+        self.fix = fix
+
+    def failure_text(self):
+        text = "%s: %s" % (self.category, self.cause)
+        if self.fix:
+            text += " Fix: %s" % self.fix
+        return shorten(text)
+
+    def __str__(self):
+        return self.failure_text()
+
+
+class ConfigError(JobError):
+    """A hyperparameter, or a combination of them, that cannot work."""
+
+    category = "ConfigError"
+
+
+class DataError(JobError):
+    """The dataset is missing, malformed or does not match the configuration."""
+
+    category = "DataError"
+
+
+class PretrainedWeightsError(JobError):
+    """Backbone weights could be found neither locally nor by download."""
+
+    category = "PretrainedWeightsError"
+
+
+class CheckpointError(JobError):
+    """A checkpoint could not be written or read."""
+
+    category = "CheckpointError"
+
+
+class EnvironmentCheckError(JobError):
+    """The machine cannot run the job as configured (GPU, shared memory, ...)."""
+
+    category = "EnvironmentError"
+
+
+def shorten(text, limit=FAILURE_LIMIT):
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    return text[: limit - 3] + "..."
+
+
+def failure_text_for(exc):
+    """The one-paragraph failure text for any exception."""
+    if isinstance(exc, JobError):
+        return exc.failure_text()
+    return shorten(
+        "AlgorithmError: %s: %s. Fix: see the full traceback in the job log; "
+        "this is a bug or an unexpected environment problem." % (type(exc).__name__, exc)
+    )

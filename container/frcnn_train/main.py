@@ -1,0 +1,332 @@
+"""Entry points.
+
+``run_job`` is the training job of one rank. Three commands reach it:
+
+* ``train`` / ``frcnn-train-job``: the job described by ``$SAGEMAKER_BASE_DIR`` (default
+  ``/opt/ml``); under ``horovodrun``/``mpirun`` every rank runs it.
+* ``frcnn-run`` (``make run``): writes a SageMaker-style tree with a generated VOC dataset and
+  CPU-sized hyperparameters, then runs the very same job on it.
+"""
+
+import argparse
+import json
+import logging
+import os
+import random
+import sys
+import tempfile
+import traceback
+
+from . import config as config_mod
+from .errors import failure_text_for
+
+LOG = logging.getLogger("frcnn_train")
+
+
+def setup_logging(rank=0, verbose=False):
+    """One line per record on stdout; ranks other than 0 only say warnings and errors."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [rank %(rank)s] %(message)s"))
+    handler.addFilter(_RankFilter(rank))
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if rank != 0:
+        logging.getLogger("frcnn_train").setLevel(logging.WARNING)
+
+
+class _RankFilter(logging.Filter):
+    def __init__(self, rank):
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record):
+        record.rank = self.rank
+        return True
+
+
+def write_failure(path, text):
+    """Write the failure reason once: the first writer (the first failing rank) wins."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    except OSError:
+        return False
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text + "\n")
+    return True
+
+
+def seed_everything(seed, rank):
+    import mxnet as mx
+    import numpy as np
+
+    rank_seed = seed * 1000 + rank
+    random.seed(rank_seed)
+    np.random.seed(rank_seed % (2 ** 32))
+    mx.random.seed(rank_seed)
+
+
+def _set_engine_threads(config):
+    # Read by MXNet when its engine starts, so set before the first mxnet import in this process.
+    for var in ("MXNET_GPU_WORKER_NTHREADS", "MXNET_CPU_WORKER_NTHREADS"):
+        os.environ.setdefault(var, str(config.executor_threads))
+
+
+def gpu_count():
+    import mxnet as mx
+
+    try:
+        return mx.context.num_gpus()
+    except Exception:  # CPU build of mxnet
+        return 0
+
+
+def run_job(config, env, dist):
+    """Train, validate, checkpoint and write the model. Returns the final validation result."""
+    import mxnet as mx
+
+    from .checkpoint import CheckpointManager
+    from .datasets import build_datasets, build_train_loader, build_val_loader, steps_per_epoch
+    from .engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, LearningRateHook,
+                         MetricLogHook, ValidationHook, dump_json)
+    from .evaluation import make_metric, validate
+    from .model import build_network
+    from .solver import lr_at, make_trainer
+    from .step import ForwardBackward
+
+    world = dist.world
+    on_gpu = gpu_count() > 0
+    ctx = mx.gpu(world.local_rank) if on_gpu else mx.cpu()
+    per_rank_batch = config.per_rank_batch(world.size)
+    effective = config.resolved(world.size)
+    if world.is_main:
+        LOG.info("world: size=%d rank=%d local_size=%d device=%s", world.size, world.rank,
+                 world.local_size, ctx)
+        LOG.info("effective configuration: %s", json.dumps(effective, sort_keys=True))
+    seed_everything(config.seed, world.rank)
+
+    datasets = build_datasets(config, env.require_data_dir())
+    if world.is_main:
+        LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
+                 len(datasets.val), ",".join(datasets.classes))
+    net = build_network(config, datasets.classes, per_rank_batch, config.pretrained_base,
+                        env.channel_dir("pretrained"), ctx)
+    model_dir = env.paths.model_dir
+    manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
+
+    # Resume: the main rank finds the newest complete checkpoint and shares what it holds.
+    resume = None
+    if world.is_main:
+        latest = manager.latest()
+        if latest:
+            path, state = latest
+            net.load_parameters(os.path.join(path, "model.params"), ctx=ctx)
+            with open(os.path.join(path, "trainer.states"), "rb") as handle:
+                resume = dict(state, trainer_states=handle.read(), path=path)
+        elif env.channel_dir("model"):
+            _load_start_model(net, env.channel_dir("model"), ctx)
+    resume = dist.broadcast_object(resume)
+    dist.broadcast_parameters(net.collect_params())
+
+    def hybridize():
+        # Training and inference call the network with different inputs, so the cached graph is
+        # rebuilt at each switch (as GluonCV's script does).
+        if not config.disable_hybridization:
+            net.hybridize(static_alloc=config.static_alloc)
+
+    hybridize()
+    steps = steps_per_epoch(len(datasets.train), world.size, per_rank_batch)
+    loader, sampler, mixup = build_train_loader(config, net, datasets, world, per_rank_batch, steps)
+    val_loader, val_indices = build_val_loader(config, net, datasets, world)
+    base_lr = config.effective_lr(world.size)
+    trainer = make_trainer(config, net, dist, base_lr, on_gpu)
+    start_epoch, global_step = 0, 0
+    if resume:
+        with tempfile.NamedTemporaryFile(suffix=".states") as handle:
+            handle.write(resume["trainer_states"])
+            handle.flush()
+            trainer.load_states(handle.name)
+        start_epoch, global_step = resume["epoch"], resume["global_step"]
+        LOG.info("resume: from %s at epoch %d (global step %d)", resume["path"], start_epoch, global_step)
+
+    metric = make_metric(config, datasets, os.path.join(tempfile.gettempdir(), "frcnn_val_%d" % world.rank))
+    step = ForwardBackward(net, config, ctx, amp_trainer=trainer if config.amp else None)
+
+    def save_best(engine):
+        os.makedirs(model_dir, exist_ok=True)
+        tmp = os.path.join(model_dir, ".tmp-model-best.params")
+        engine.net.save_parameters(tmp)
+        os.replace(tmp, os.path.join(model_dir, "model-best.params"))
+        dump_json(os.path.join(model_dir, "validation-best.json"), engine.last_validation)
+
+    def write_final(engine):
+        os.makedirs(model_dir, exist_ok=True)
+        tmp = os.path.join(model_dir, ".tmp-model.params")
+        engine.net.save_parameters(tmp)
+        os.replace(tmp, os.path.join(model_dir, "model.params"))
+        dump_json(os.path.join(model_dir, "classes.json"), list(datasets.classes))
+        dump_json(os.path.join(model_dir, "config.json"), effective)
+        dump_json(os.path.join(model_dir, "history.json"), engine.history)
+        if engine.last_validation is not None:
+            dump_json(os.path.join(model_dir, "validation.json"), engine.last_validation)
+        export_symbol(config, datasets.classes, os.path.join(model_dir, "model.params"),
+                      os.path.join(model_dir, "model"), config_mod_short(config, net))
+        LOG.info("model: written to %s", model_dir)
+
+    hooks = [
+        LearningRateHook(lambda epoch, gstep: lr_at(config, base_lr, epoch, gstep)),
+        EpochSetupHook(sampler, mixup, hybridize),
+        MetricLogHook(),
+        ValidationHook(lambda: hybridize() or validate(net, val_loader, val_indices, ctx, metric, dist,
+                                        coco=config.dataset == "coco"), save_best),
+        CheckpointHook(manager, effective),
+        FinalModelHook(write_final),
+    ]
+    engine = Engine(config=config, world=world, dist=dist, net=net, trainer=trainer, step=step,
+                    loader=loader, steps=steps, per_rank_batch=per_rank_batch,
+                    start_epoch=start_epoch, global_step=global_step, hooks=hooks)
+    if resume:
+        engine.history = list(resume.get("history") or [])
+        if resume.get("best_map") is not None:
+            engine.best_map = resume["best_map"]
+    if world.is_main:
+        LOG.info("training: epochs %d..%d, %d steps per epoch, %d image(s) per rank, base lr %.6g",
+                 start_epoch, config.value("epochs") - 1, steps, per_rank_batch, base_lr)
+    engine.run()
+    return engine.last_validation
+
+
+def config_mod_short(config, net):
+    short = config.short if config.short is not None else net.short
+    short = short[-1] if isinstance(short, (list, tuple)) else short
+    max_size = config.max_size if config.max_size is not None else net.max_size
+    return short, max_size
+
+
+def _load_start_model(net, directory, ctx):
+    """Start from params in the 'model' channel (fine-tuning); the class head may differ."""
+    import glob
+
+    candidates = sorted(glob.glob(os.path.join(glob.escape(directory), "*.params")))
+    preferred = [c for c in candidates if os.path.basename(c) in ("model.params", "model-best.params")]
+    chosen = (preferred or candidates or [None])[0]
+    if chosen is None:
+        from .errors import DataError
+
+        raise DataError("the 'model' channel %s holds no .params file." % directory,
+                        "put model.params from an earlier job into the 'model' channel, or drop the channel.")
+    LOG.info("start model: %s", chosen)
+    net.load_parameters(chosen, ctx=ctx, allow_missing=True, ignore_extra=True)
+
+
+def export_symbol(config, classes, params_path, prefix, sizes):
+    """A symbol/params pair for deployment, from a fresh network in inference mode."""
+    import mxnet as mx
+
+    from .model import build_network
+
+    net = build_network(config, classes, 1, False, None, mx.cpu())
+    net.load_parameters(params_path, ctx=mx.cpu(), ignore_extra=True)  # training-only encoders
+    net.hybridize()
+    short, max_size = sizes
+    net(mx.nd.zeros((1, 3, short, min(max_size, int(short * 4 / 3)))))
+    net.export(prefix, epoch=0)
+
+
+def load_config(env, extra_keys=()):
+    return config_mod.from_hyperparameters(env.hyperparameters, extra_keys=extra_keys)
+
+
+def job_main(base=None):
+    """One rank of the job in ``base`` (default: $SAGEMAKER_BASE_DIR or /opt/ml)."""
+    from .sm_env import Environment, base_dir
+
+    env = None
+    rank = int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    setup_logging(rank)
+    try:
+        env = Environment.read(base or base_dir())
+        config = load_config(env)
+        _set_engine_threads(config)
+        from .distributed import init_distributed
+
+        dist = init_distributed()
+        setup_logging(dist.world.rank, config.verbose)
+        run_job(config, env, dist)
+        dist.shutdown()
+        return 0
+    except BaseException as exc:  # the one top-level handler
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        text = failure_text_for(exc)
+        LOG.error("job failed: %s\n%s", text, traceback.format_exc())
+        if env is not None:
+            write_failure(env.paths.failure_file, text)
+        return 1
+
+
+def engine_cli(argv=None):
+    parser = argparse.ArgumentParser(description="Run one rank of the training job in a SageMaker-style directory tree.")
+    parser.add_argument("--base-dir", default=None, help="the /opt/ml root (default: $SAGEMAKER_BASE_DIR or /opt/ml)")
+    args = parser.parse_args(argv)
+    sys.exit(job_main(args.base_dir))
+
+
+# CPU-sized defaults for `make run`: the small network, small images, a few minutes on 2 cores.
+RUN_DEFAULTS = {
+    "network": "faster_rcnn_resnet18_v1b_voc",
+    "dataset": "custom",
+    "pretrained_base": "false",
+    "short": "128",
+    "max_size": "200",
+    "batch_size": "2",
+    "epochs": "6",
+    "lr": "0.02",
+    "lr_decay_epoch": "5",
+    "lr_warmup": "20",
+    "num_workers": "1",
+    "log_interval": "10",
+    "seed": "7",
+}
+
+
+def prepare_run_tree(base, hyperparameters, n_train=48, n_test=24, n_train_2012=24, seed=0):
+    """A SageMaker-style tree with a generated VOCdevkit in the 'voc' channel."""
+    from .synthetic_voc import generate
+
+    channel = os.path.join(base, "input", "data", "voc")
+    if not os.path.isdir(os.path.join(channel, "VOCdevkit")):
+        generate(channel, n_train, n_test, n_train_2012, seed=seed)
+    config_dir = os.path.join(base, "input", "config")
+    os.makedirs(config_dir, exist_ok=True)
+    with open(os.path.join(config_dir, "hyperparameters.json"), "w") as handle:
+        json.dump({k: str(v) for k, v in hyperparameters.items()}, handle, indent=1)
+    return base
+
+
+def run_cli(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Generate a small VOC-format dataset and run the training job on it (CPU).")
+    parser.add_argument("--output", default="out/run", help="directory for the job tree")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a hyperparameter (repeatable)")
+    args = parser.parse_args(argv)
+    hyperparameters = dict(RUN_DEFAULTS)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        hyperparameters[key] = value
+    base = os.path.abspath(args.output)
+    prepare_run_tree(base, hyperparameters)
+    code = job_main(base)
+    model_dir = os.path.join(base, "model")
+    if code == 0:
+        print("model directory: %s" % model_dir)
+        print("files: %s" % ", ".join(sorted(os.listdir(model_dir))))
+    else:
+        print("job failed; reason in %s" % os.path.join(base, "output", "failure"))
+    sys.exit(code)

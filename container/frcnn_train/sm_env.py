@@ -1,0 +1,128 @@
+"""The SageMaker job as a read-only snapshot of ``/opt/ml`` (or ``$SAGEMAKER_BASE_DIR``).
+
+Reading is all this module does: it creates nothing and runs nothing at import time.
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from .errors import ConfigError, DataError
+
+DATA_CHANNELS = ("voc", "train", "training")  # 'training' is what fit("s3://...") names it
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    base: str
+
+    def _p(self, *parts):
+        return os.path.join(self.base, *parts)
+
+    @property
+    def config_dir(self):
+        return self._p("input", "config")
+
+    @property
+    def channels_dir(self):
+        return self._p("input", "data")
+
+    def channel(self, name):
+        return self._p("input", "data", name)
+
+    @property
+    def model_dir(self):
+        return self._p("model")
+
+    @property
+    def output_dir(self):
+        return self._p("output")
+
+    @property
+    def output_data_dir(self):
+        return self._p("output", "data")
+
+    @property
+    def failure_file(self):
+        return self._p("output", "failure")
+
+    @property
+    def checkpoint_dir(self):
+        return self._p("checkpoints")
+
+    @property
+    def work_dir(self):
+        """Writable scratch for extracted data (channel directories are read-only)."""
+        return self._p("work")
+
+
+def base_dir(environ=None):
+    environ = os.environ if environ is None else environ
+    return environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
+
+
+def _read_json(path, default):
+    if not os.path.isfile(path):
+        return default
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except ValueError as exc:
+        raise ConfigError("%s is not valid JSON: %s" % (path, exc),
+                          "write the file as a JSON object.") from exc
+
+
+@dataclass(frozen=True)
+class Environment:
+    paths: JobPaths
+    hyperparameters: dict = field(default_factory=dict)
+    input_data_config: dict = field(default_factory=dict)
+    resource_config: dict = field(default_factory=dict)
+    checkpoint_config: dict = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, base):
+        paths = JobPaths(base)
+        hps = _read_json(os.path.join(paths.config_dir, "hyperparameters.json"), {})
+        if not isinstance(hps, dict):
+            raise ConfigError("hyperparameters.json must hold a JSON object.",
+                              "pass hyperparameters as a mapping of names to values.")
+        return cls(
+            paths=paths,
+            hyperparameters=hps,
+            input_data_config=_read_json(os.path.join(paths.config_dir, "inputdataconfig.json"), {}),
+            resource_config=_read_json(os.path.join(paths.config_dir, "resourceconfig.json"), {}),
+            checkpoint_config=_read_json(os.path.join(paths.config_dir, "checkpointconfig.json"), {}),
+        )
+
+    def channel_dir(self, name):
+        path = self.paths.channel(name)
+        return path if os.path.isdir(path) else None
+
+    def data_channel(self):
+        """The first existing of the data channels (voc, train, training)."""
+        for name in DATA_CHANNELS:
+            if self.channel_dir(name):
+                return name, self.channel_dir(name)
+        return None, None
+
+    def require_data_dir(self):
+        name, path = self.data_channel()
+        if path is None:
+            raise DataError("no data channel: none of %s exists under %s."
+                            % (", ".join(DATA_CHANNELS), self.paths.channels_dir),
+                            "give the job a 'voc' channel holding the VOC tars or an extracted VOCdevkit.")
+        return path
+
+    @property
+    def checkpoint_dir(self):
+        """checkpointconfig.json's LocalPath when checkpointing is configured, else /opt/ml/checkpoints."""
+        return self.checkpoint_config.get("LocalPath") or self.paths.checkpoint_dir
+
+    @property
+    def current_host(self):
+        return self.resource_config.get("current_host", "algo-1")
+
+    @property
+    def hosts(self):
+        return sorted(self.resource_config.get("hosts", [self.current_host]))

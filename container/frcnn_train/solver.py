@@ -1,0 +1,44 @@
+"""Learning-rate schedule (pure) and the optimizer.
+
+Schedule, as GluonCV's Faster R-CNN script: linear warm-up from ``lr * lr_warmup_factor`` to
+``lr`` over the first ``lr_warmup`` iterations, then step decay by ``lr_decay`` at each epoch in
+``lr_decay_epoch`` (epochs counted from 0, so decay at 14 applies from the 15th epoch). The base
+``lr`` is already scaled to the global batch (see TrainConfig.effective_lr).
+"""
+
+from .errors import ConfigError
+from .model import apply_no_wd
+
+
+def lr_at(config, base_lr, epoch, global_step):
+    """Learning rate for iteration ``global_step`` (0-based, counted over the whole job) in ``epoch``."""
+    decays = sum(1 for boundary in config.value("lr_decay_epoch") if epoch >= boundary)
+    lr = base_lr * (config.lr_decay ** decays)
+    warmup = config.warmup_iters
+    if warmup and global_step < warmup:
+        alpha = float(global_step) / warmup
+        lr *= config.lr_warmup_factor * (1.0 - alpha) + alpha
+    return lr
+
+
+def optimizer_params(config, base_lr):
+    params = {"learning_rate": base_lr, "wd": config.value("wd"), "momentum": config.momentum}
+    if config.clip_gradient > 0:
+        params["clip_gradient"] = config.clip_gradient
+    return params
+
+
+def make_trainer(config, net, dist, base_lr, on_gpu):
+    """SGD over the trainable parameters; Horovod's DistributedTrainer when there are ranks."""
+    if config.no_wd:
+        apply_no_wd(net)
+    if config.amp and not on_gpu:
+        raise ConfigError("amp=true needs a GPU, and this job runs on CPU.",
+                          "set amp=false, or run on a GPU instance.")
+    trainer = dist.make_trainer(net.collect_train_params(), "sgd",
+                                optimizer_params(config, base_lr), config.kv_store)
+    if config.amp:
+        from mxnet.contrib import amp
+
+        amp.init_trainer(trainer)
+    return trainer

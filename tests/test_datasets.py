@@ -1,0 +1,117 @@
+import itertools
+import random
+
+import pytest
+
+from frcnn_train.datasets import (EqualStepsBatchSampler, build_datasets, infer_voc_classes,
+                                  split_sorted_bucket_sampler_class, steps_per_epoch)
+from frcnn_train.config import from_hyperparameters
+from frcnn_train.errors import DataError
+from frcnn_train.synthetic_voc import generate
+
+
+def rank_batches(n, world, batch, epoch=0, seed=3):
+    steps = steps_per_epoch(n, world, batch)
+    keys = [random.Random(i).uniform(0.5, 2.0) for i in range(n)]
+    out = []
+    for rank in range(world):
+        sampler = EqualStepsBatchSampler(keys, batch, world, rank, steps, seed=seed)
+        sampler.set_epoch(epoch)
+        out.append(list(sampler))
+    return steps, out
+
+
+def test_gluoncv_sampler_alone_gives_unequal_counts():
+    """Why the wrapper exists: GluonCV's own sampler leaves some ranks with fewer batches."""
+    cls = split_sorted_bucket_sampler_class()
+    counts = [len(list(cls([1.0] * 10, 1, num_parts=8, part_index=r, shuffle=True))) for r in range(8)]
+    assert len(set(counts)) > 1
+
+
+@pytest.mark.parametrize("n, world, batch", [
+    (10, 4, 1), (20, 8, 1), (7, 2, 1), (5, 4, 1), (2, 4, 1), (10, 8, 1), (33, 4, 2), (7, 2, 3),
+    (1, 8, 1), (100, 3, 4),
+])
+def test_every_rank_runs_the_same_number_of_nonempty_batches(n, world, batch):
+    for epoch in (0, 1, 5):
+        steps, per_rank = rank_batches(n, world, batch, epoch)
+        assert all(len(batches) == steps for batches in per_rank)
+        assert all(0 < len(b) <= batch for batches in per_rank for b in batches)
+        assert all(0 <= i < n for batches in per_rank for b in batches for i in b)
+
+
+@pytest.mark.parametrize("n, world, batch", [(10, 4, 1), (20, 8, 1), (7, 2, 1), (64, 4, 2)])
+def test_an_epoch_covers_every_sample(n, world, batch):
+    _, per_rank = rank_batches(n, world, batch)
+    seen = {i for batches in per_rank for b in batches for i in b}
+    assert seen == set(range(n))
+
+
+def test_shards_are_disjoint_when_the_split_is_even():
+    _, per_rank = rank_batches(16, 4, 1)
+    shards = [set(itertools.chain.from_iterable(b)) for b in per_rank]
+    for a, b in itertools.combinations(shards, 2):
+        assert not a & b
+
+
+def test_order_depends_on_epoch_and_is_reproducible():
+    _, first = rank_batches(40, 2, 2, epoch=0)
+    _, again = rank_batches(40, 2, 2, epoch=0)
+    _, other = rank_batches(40, 2, 2, epoch=1)
+    assert first == again
+    assert first != other
+
+
+def test_steps_per_epoch_formula():
+    assert steps_per_epoch(10, 4, 1) == 3
+    assert steps_per_epoch(7, 2, 1) == 4
+    assert steps_per_epoch(20, 8, 1) == 3
+    assert steps_per_epoch(8, 2, 4) == 1
+    with pytest.raises(DataError):
+        steps_per_epoch(0, 2, 1)
+
+
+def test_generated_voc_reads_with_gluoncv(tmp_path):
+    devkit = generate(str(tmp_path), train_2007=6, test_2007=3, train_2012=4, seed=1)
+    assert infer_voc_classes(devkit, [(2007, "trainval")]) <= ("circle", "square", "triangle")
+    config = from_hyperparameters({"dataset": "custom"})
+    data = build_datasets(config, str(tmp_path))
+    assert len(data.train) == 10 and len(data.val) == 3
+    img, label = data.train[0]
+    assert img.shape[2] == 3 and label.shape[1] == 6  # box, class, difficult
+    assert (label[:, 4] >= 0).all() and (label[:, 4] < len(data.classes)).all()
+    assert len(data.aspect_ratios) == 10
+    for i in (0, 9):
+        image, _ = data.train[i]
+        assert data.aspect_ratios[i] == pytest.approx(image.shape[1] / image.shape[0])
+
+
+def test_unknown_class_in_annotations_is_a_clear_error(tmp_path):
+    generate(str(tmp_path), train_2007=4, test_2007=2, train_2012=0, seed=2)
+    config = from_hyperparameters({"dataset": "custom", "classes": "cat,dog",
+                                   "train_splits": "2007_trainval"})
+    with pytest.raises(DataError) as err:
+        build_datasets(config, str(tmp_path))
+    assert "no training image has an object of the classes cat, dog" in str(err.value)
+
+
+def test_images_without_configured_classes_are_left_out(tmp_path):
+    generate(str(tmp_path), train_2007=30, test_2007=10, train_2012=0, seed=4)
+    full = build_datasets(from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval"}),
+                          str(tmp_path))
+    only = build_datasets(from_hyperparameters({"dataset": "custom", "classes": "circle",
+                                                "train_splits": "2007_trainval"}), str(tmp_path))
+    assert only.classes == ("circle",)
+    assert 0 < len(only.train) < len(full.train) == 30
+    assert len(only.aspect_ratios) == len(only.train)
+    for i in range(len(only.train)):
+        _, label = only.train[i]
+        assert len(label) and (label[:, 4] == 0).all()
+
+
+def test_missing_split_file_is_a_clear_error(tmp_path):
+    generate(str(tmp_path), train_2007=4, test_2007=2, train_2012=0, seed=2)
+    config = from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval,2012_trainval"})
+    with pytest.raises(DataError) as err:
+        build_datasets(config, str(tmp_path))
+    assert "VOC2012" in str(err.value)

@@ -1,0 +1,68 @@
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from frcnn_train.config import from_hyperparameters
+from frcnn_train.errors import PretrainedWeightsError
+from frcnn_train.model import build_network, local_weight_file, offline_first_weights
+
+
+def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):
+    """Backbone weights made by the test itself (no download)."""
+    from gluoncv.model_zoo.resnetv1b import resnet18_v1b
+
+    base = resnet18_v1b(pretrained=False)
+    base.initialize(mx.init.Normal(0.5))
+    base(mx.nd.zeros((1, 3, 32, 32)))
+    path = os.path.join(directory, name)
+    base.save_parameters(path)
+    return path, base
+
+
+def test_local_weight_file_lookup(tmp_path):
+    assert local_weight_file(str(tmp_path), "resnet18_v1b") is None
+    (tmp_path / "resnet18_v1b-0000abcd.params").write_bytes(b"x")
+    assert local_weight_file(str(tmp_path), "resnet18_v1b").endswith("resnet18_v1b-0000abcd.params")
+    (tmp_path / "resnet18_v1b.params").write_bytes(b"x")
+    assert local_weight_file(str(tmp_path), "resnet18_v1b").endswith("resnet18_v1b.params")
+    assert local_weight_file(None, "resnet18_v1b") is None
+
+
+def test_backbone_is_read_from_the_local_directory(tmp_path):
+    path, base = make_backbone_file(str(tmp_path))
+    config = from_hyperparameters({"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom"})
+    net = build_network(config, ("a", "b"), 1, True, str(tmp_path), mx.cpu())
+    assert net.classes == ["a", "b"] or tuple(net.classes) == ("a", "b")
+    expected = base.conv1.weight.data().asnumpy()
+    got = net.features[0].weight.data().asnumpy()
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_neither_local_nor_download_gives_an_error_naming_both(tmp_path, monkeypatch):
+    # GluonCV's download goes to MXNET_GLUON_REPO: point it at a closed loopback port.
+    monkeypatch.setenv("MXNET_GLUON_REPO", "http://127.0.0.1:9/")
+    monkeypatch.setenv("MXNET_HOME", str(tmp_path / "mxhome"))
+    config = from_hyperparameters({"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom"})
+    with pytest.raises(PretrainedWeightsError) as err:
+        build_network(config, ("a",), 1, True, str(tmp_path / "empty"), mx.cpu())
+    text = str(err.value)
+    assert "resnet18_v1b" in text and str(tmp_path / "empty") in text and "download failed" in text
+    assert "pretrained" in text  # says where to put the file
+
+
+def test_patch_is_removed_afterwards(tmp_path):
+    from gluoncv.model_zoo import model_store
+
+    original = model_store.get_model_file
+    with offline_first_weights(str(tmp_path)):
+        assert model_store.get_model_file is not original
+    assert model_store.get_model_file is original
+
+
+def test_from_scratch_trains_every_layer():
+    config = from_hyperparameters({"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom"})
+    net = build_network(config, ("a",), 1, False, None, mx.cpu())
+    trainable = net.collect_train_params()
+    assert any("conv0_weight" in name for name in trainable.keys())  # the stem is trained too
