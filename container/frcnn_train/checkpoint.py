@@ -143,3 +143,23 @@ class CheckpointManager:
         complete = self.complete_names()
         for name in complete[: max(0, len(complete) - self.keep)]:
             shutil.rmtree(self._path(name), ignore_errors=True)
+
+
+def states_digest(states):
+    """Fingerprint of an MXNet optimizer state dict {index: NDArray | tuple | None}."""
+    import numpy as np
+
+    arrays = []
+
+    def collect(value):
+        if value is None:
+            return
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                collect(item)
+        else:
+            arrays.append(np.abs(value.asnumpy()).sum(dtype="float64"))
+
+    for key in sorted(states):
+        collect(states[key])
+    return "%d arrays, sum|x|=%.6e" % (len(arrays), float(sum(arrays)))

@@ -62,9 +62,16 @@ class Engine:
         self.sums = MetricSums()
         self.hooks = [h for h in hooks if world.is_main or not h.main_only]
         self.completed = False
+        self.data_wait = 0.0  # seconds this epoch spent waiting for the loader
         self.best_map = float("-inf")
         self.history = []  # one dict per finished epoch: losses, metrics, mAP
         self.last_validation = None
+
+    @staticmethod
+    def _sync():
+        import mxnet as mx
+
+        mx.nd.waitall()
 
     def _call(self, point):
         for hook in self.hooks:
@@ -75,10 +82,18 @@ class Engine:
         try:
             while self.epoch < self.config.value("epochs"):
                 self._call("before_epoch")
-                for self.iteration, batch in enumerate(self.loader):
+                self.data_wait = 0.0
+                batches = iter(self.loader)
+                for self.iteration in range(self.steps):
+                    waited = time.perf_counter()
+                    batch = next(batches)
+                    self.data_wait += time.perf_counter() - waited
                     self._call("before_step")
                     self.step(batch, self.sums)
                     self.trainer.step(self.per_rank_batch)
+                    # One sync per step, as GluonCV's loop has through its metrics: it bounds the
+                    # queue of pending operations and makes data_wait an honest measure.
+                    self._sync()
                     self.global_step += 1
                     self._call("after_step")
                 self._call("after_epoch")
@@ -165,12 +180,14 @@ class MetricLogHook(Hook):
         values = MetricSums.values_from_flat(ALL_METRICS, totals)
         elapsed = max(time.time() - self.epoch_start, 1e-9)
         speed = engine.steps * engine.per_rank_batch * engine.world.size / elapsed
+        data_wait = 100.0 * engine.data_wait / elapsed
         record = dict(values, epoch=engine.epoch, time_s=elapsed, speed=speed,
-                      lr=engine.trainer.learning_rate)
+                      lr=engine.trainer.learning_rate, data_wait_pct=data_wait)
         engine.history.append(record)
         if engine.world.is_main:
-            LOG.info("[Epoch %d] summary: time=%.1fs speed=%.3f samples/s lr=%.6f %s", engine.epoch,
-                     elapsed, speed, engine.trainer.learning_rate, format_metrics(values))
+            LOG.info("[Epoch %d] summary: time=%.1fs speed=%.3f samples/s data_wait=%.1f%% lr=%.6f %s",
+                     engine.epoch, elapsed, speed, data_wait, engine.trainer.learning_rate,
+                     format_metrics(values))
         bad = [k for k in LOSS_NAMES if k in values and not math.isfinite(values[k])]
         if bad:
             from .errors import JobError

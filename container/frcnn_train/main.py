@@ -24,7 +24,7 @@ LOG = logging.getLogger("frcnn_train")
 
 
 def setup_logging(rank=0, verbose=False):
-    """One line per record on stdout; ranks other than 0 only say warnings and errors."""
+    """One line per record on stdout, tagged with the rank (metric lines come from rank 0 only)."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -33,8 +33,6 @@ def setup_logging(rank=0, verbose=False):
     handler.addFilter(_RankFilter(rank))
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    if rank != 0:
-        logging.getLogger("frcnn_train").setLevel(logging.WARNING)
 
 
 class _RankFilter(logging.Filter):
@@ -125,7 +123,9 @@ def run_job(config, env, dist):
         latest = manager.latest()
         if latest:
             path, state = latest
-            net.load_parameters(os.path.join(path, "model.params"), ctx=ctx)
+            # ignore_extra: the file also holds the training-time box encoder's constants, which a
+            # network that has not run a training step yet does not list.
+            net.load_parameters(os.path.join(path, "model.params"), ctx=ctx, ignore_extra=True)
             with open(os.path.join(path, "trainer.states"), "rb") as handle:
                 resume = dict(state, trainer_states=handle.read(), path=path)
         elif env.channel_dir("model"):
@@ -152,7 +152,8 @@ def run_job(config, env, dist):
             handle.flush()
             trainer.load_states(handle.name)
         start_epoch, global_step = resume["epoch"], resume["global_step"]
-        LOG.info("resume: from %s at epoch %d (global step %d)", resume["path"], start_epoch, global_step)
+        LOG.info("resume: from %s at epoch %d (global step %d); optimizer state restored: %s",
+                 resume["path"], start_epoch, global_step, optimizer_state_digest(trainer))
 
     metric = make_metric(config, datasets, os.path.join(tempfile.gettempdir(), "frcnn_val_%d" % world.rank))
     step = ForwardBackward(net, config, ctx, amp_trainer=trainer if config.amp else None)
@@ -198,7 +199,17 @@ def run_job(config, env, dist):
         LOG.info("training: epochs %d..%d, %d steps per epoch, %d image(s) per rank, base lr %.6g",
                  start_epoch, config.value("epochs") - 1, steps, per_rank_batch, base_lr)
     engine.run()
+    LOG.info("finished: rank=%d steps=%d epochs=%d..%d", world.rank, engine.global_step - global_step,
+             start_epoch, engine.epoch - 1)
     return engine.last_validation
+
+
+def optimizer_state_digest(trainer):
+    """'N arrays, sum|x|=S' over the optimizer's state (momentum buffers): a cheap fingerprint that
+    shows in the log that a resumed job really continues with the saved optimizer state."""
+    from .checkpoint import states_digest
+
+    return states_digest(trainer._updaters[0].states)  # pylint: disable=protected-access
 
 
 def config_mod_short(config, net):

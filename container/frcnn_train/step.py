@@ -5,25 +5,27 @@ The optimizer update is the engine's; this module computes losses and metric inp
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 LOSS_NAMES = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss")
 METRIC_NAMES = ("rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1")
 
 
 @dataclass
 class MetricSums:
-    """Running (sum, count) pairs, so ranks can add theirs together before dividing."""
+    """Running (sum, count) pairs, so ranks can add theirs together before dividing.
+
+    Values may be NDArrays: they are summed on the device and read back only in ``flat`` (at log
+    time), so a step never waits for its metrics to be copied to the host."""
 
     sums: dict = field(default_factory=dict)
     counts: dict = field(default_factory=dict)
 
     def add(self, name, total, count):
-        self.sums[name] = self.sums.get(name, 0.0) + float(total)
-        self.counts[name] = self.counts.get(name, 0.0) + float(count)
+        self.sums[name] = self.sums.get(name, 0.0) + total
+        self.counts[name] = self.counts.get(name, 0.0) + count
 
     def flat(self, names):
-        return [self.sums.get(n, 0.0) for n in names] + [self.counts.get(n, 0.0) for n in names]
+        return [_scalar(self.sums.get(n, 0.0)) for n in names] + \
+            [_scalar(self.counts.get(n, 0.0)) for n in names]
 
     @staticmethod
     def values_from_flat(names, flat):
@@ -33,6 +35,10 @@ class MetricSums:
     def reset(self):
         self.sums.clear()
         self.counts.clear()
+
+
+def _scalar(value):
+    return float(value.asscalar()) if hasattr(value, "asscalar") else float(value)
 
 
 class ForwardBackward:
@@ -85,20 +91,16 @@ class ForwardBackward:
 
         losses = [rpn_loss1, rpn_loss2, rcnn_loss1, rcnn_loss2]
         for name, loss in zip(LOSS_NAMES, losses):
-            sums.add(name, loss.mean().asscalar() * self.mix_ratio, 1)
+            sums.add(name, loss.mean() * self.mix_ratio, 1)
         # Accuracy and L1 metrics, as GluonCV's RPNAccMetric, RPNL1LossMetric, RCNN*Metric.
         rpn_weight = (rpn_cls_targets >= 0)
         rpn_pred = mx.nd.sigmoid(rpn_score) >= 0.5
-        sums.add("rpn_acc", ((rpn_pred == rpn_cls_targets) * rpn_weight).sum().asscalar(),
-                 rpn_weight.sum().asscalar())
-        sums.add("rpn_l1", (rpn_box_masks * mx.nd.smooth_l1(rpn_box - rpn_box_targets, scalar=3)).sum().asscalar(),
-                 rpn_box_masks.sum().asscalar() / 4)
+        sums.add("rpn_acc", ((rpn_pred == rpn_cls_targets) * rpn_weight).sum(), rpn_weight.sum())
+        sums.add("rpn_l1", (rpn_box_masks * mx.nd.smooth_l1(rpn_box - rpn_box_targets, scalar=3)).sum(),
+                 rpn_box_masks.sum() / 4)
         rcnn_pred = mx.nd.argmax(cls_pred, axis=-1)
-        sums.add("rcnn_acc", (rcnn_pred == cls_targets).sum().asscalar(), cls_targets.size)
-        sums.add("rcnn_l1", (box_masks * mx.nd.smooth_l1(box_pred - box_targets, scalar=1)).sum().asscalar(),
-                 box_masks.sum().asscalar() / 4)
+        sums.add("rcnn_acc", (rcnn_pred == cls_targets).sum(), cls_targets.size)
+        sums.add("rcnn_l1", (box_masks * mx.nd.smooth_l1(box_pred - box_targets, scalar=1)).sum(),
+                 box_masks.sum() / 4)
         return int(data.shape[0])
 
-
-def all_finite(values):
-    return bool(np.all(np.isfinite(np.asarray(list(values), dtype="float64"))))
