@@ -1,0 +1,125 @@
+"""Engine benchmarks, each against a baseline measured in the same run.
+
+1. Engine overhead: images/s of our Engine (with its training hooks: LR schedule, epoch set-up,
+   metric logging) against a bare GluonCV forward/backward/step loop, on the same network,
+   loader, data and batch. Rounds alternate (bare, engine, bare, engine, ...) so drift hits both.
+   Goal: engine/bare >= 0.95.
+2. Input pipeline: the share of step time spent waiting for the loader, with the default
+   num_workers and with num_workers=0 (the baseline: loading inline).
+
+Usage: python benchmarks/engine_overhead.py [--rounds 3] [--steps 24] [--json out.json]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import mxnet as mx
+from mxnet import autograd
+
+from frcnn_train.config import from_hyperparameters
+from frcnn_train.datasets import build_datasets, build_train_loader, steps_per_epoch
+from frcnn_train.distributed import SingleProcess
+from frcnn_train.engine import Engine, EpochSetupHook, LearningRateHook, MetricLogHook
+from frcnn_train.model import build_network
+from frcnn_train.solver import lr_at, make_trainer
+from frcnn_train.step import ForwardBackward, MetricSums
+from frcnn_train.synthetic_voc import generate
+
+HPS = {"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom", "pretrained_base": "false",
+       "short": "128", "max_size": "176", "batch_size": "2", "lr": "0.01",
+       "train_splits": "2007_trainval", "log_interval": "10", "epochs": "1000"}
+
+
+def setup(root, num_workers, n_images):
+    config = from_hyperparameters(dict(HPS, num_workers=str(num_workers)))
+    data = build_datasets(config, root)
+    dist = SingleProcess()
+    per_rank = config.per_rank_batch(1)
+    net = build_network(config, data.classes, per_rank, False, None, mx.cpu())
+    net.hybridize()
+    steps = steps_per_epoch(len(data.train), 1, per_rank)
+    loader, sampler, mixup = build_train_loader(config, net, data, dist.world, per_rank, steps)
+    trainer = make_trainer(config, net, dist, config.effective_lr(1), False)
+    return config, dist, net, loader, sampler, mixup, trainer, per_rank, steps
+
+
+def bare_loop(net, loader, trainer, per_rank, steps, config):
+    """GluonCV's forward/backward/step with nothing else (one sync per step, as any loop has)."""
+    task = ForwardBackward(net, config, mx.cpu())
+    sink = MetricSums()
+    start = time.perf_counter()
+    batches = iter(loader)
+    for _ in range(steps):
+        batch = next(batches)
+        task(batch, sink)
+        trainer.step(per_rank)
+        mx.nd.waitall()
+    return steps * per_rank / (time.perf_counter() - start)
+
+
+def engine_loop(config, dist, net, loader, sampler, mixup, trainer, per_rank, steps, epoch):
+    step = ForwardBackward(net, config, mx.cpu())
+    hooks = [LearningRateHook(lambda e, g: lr_at(config, config.effective_lr(1), e, g)),
+             EpochSetupHook(sampler, mixup, lambda: None), MetricLogHook()]
+    engine = Engine(config=config, world=dist.world, dist=dist, net=net, trainer=trainer,
+                    step=step, loader=loader, steps=steps, per_rank_batch=per_rank,
+                    start_epoch=epoch, hooks=hooks)
+    engine.config = from_hyperparameters(dict(HPS, epochs=str(epoch + 1)))
+    start = time.perf_counter()
+    engine.run()
+    elapsed = time.perf_counter() - start
+    return steps * per_rank / elapsed, engine.history[-1]["data_wait_pct"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--images", type=int, default=48)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    root = tempfile.mkdtemp(prefix="bench-engine-")
+    generate(root, train_2007=args.images, test_2007=2, train_2012=0, seed=11)
+
+    # 1. overhead, default workers
+    default_workers = from_hyperparameters({}).num_workers
+    parts = setup(root, default_workers, args.images)
+    config, dist, net, loader, sampler, mixup, trainer, per_rank, steps = parts
+    bare_loop(net, loader, trainer, per_rank, 4, config)  # warm-up: graph build, allocations
+    bare, eng, waits = [], [], []
+    for r in range(args.rounds):
+        bare.append(bare_loop(net, loader, trainer, per_rank, steps, config))
+        speed, wait = engine_loop(config, dist, net, loader, sampler, mixup, trainer, per_rank, steps, r)
+        eng.append(speed)
+        waits.append(wait)
+    ratio = statistics.median(e / b for e, b in zip(eng, bare))
+
+    # 2. input pipeline baseline: loading inline (num_workers=0)
+    parts0 = setup(root, 0, args.images)
+    inline_waits = []
+    for r in range(max(1, args.rounds - 1)):
+        _, wait0 = engine_loop(*parts0, r)
+        inline_waits.append(wait0)
+
+    result = {
+        "bare_images_per_s": [round(x, 3) for x in bare],
+        "engine_images_per_s": [round(x, 3) for x in eng],
+        "engine_over_bare_ratio_median": round(ratio, 3),
+        "data_wait_pct_default_workers": round(statistics.median(waits), 2),
+        "default_num_workers": default_workers,
+        "data_wait_pct_inline_loading": round(statistics.median(inline_waits), 2),
+        "steps_per_round": steps, "batch": per_rank, "cpus": os.cpu_count(),
+    }
+    print(json.dumps(result, indent=1))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=1)
+    return 0 if ratio >= 0.95 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
