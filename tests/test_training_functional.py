@@ -46,7 +46,7 @@ def test_one_rank_trains_validates_and_writes_the_model(job_dir):
     assert not os.path.exists(os.path.join(base, "output", "failure"))
     # Only the best and the final model in the model directory; checkpoints elsewhere.
     assert not [n for n in os.listdir(model) if n.startswith(("ckpt", ".tmp"))]
-    assert open(os.path.join(base, "checkpoints", "latest")).read().strip() == "ckpt-0002"
+    assert open(os.path.join(base, "checkpoints", "latest")).read().strip() == "ckpt-00000008"
     # The exported symbol loads for deployment.
     import mxnet as mx
 
@@ -98,21 +98,21 @@ def test_interrupted_job_resumes_at_the_next_epoch_with_optimizer_state(job_dir)
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)  # a hard stop right after the first checkpoint
     first_out = proc.communicate()[0]
-    assert open(latest).read().strip() == "ckpt-0001", first_out[-3000:]
+    assert open(latest).read().strip() == "ckpt-00000008", first_out[-3000:]
     assert not os.path.exists(os.path.join(base, "model", "model.params"))
 
-    expected = states_digest_from_file(os.path.join(base, "checkpoints", "ckpt-0001", "trainer.states"))
+    expected = states_digest_from_file(os.path.join(base, "checkpoints", "ckpt-00000008", "trainer.states"))
     assert not expected.endswith("sum|x|=0.000000e+00")
     result = run_rank_job(base)
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
-    assert re.search(r"resume: from \S+ckpt-0001 at epoch 1 \(global step 8\); optimizer state "
-                     r"restored: " + re.escape(expected), out), out[-3000:]
+    assert re.search(r"resume: from \S+ckpt-00000008 at epoch 1 iteration 0 \(global step 8\); "
+                     r"optimizer state restored: " + re.escape(expected), out), out[-3000:]
     assert "[Epoch 0]" not in out  # epoch 0 is not trained again
     assert "finished: rank=0 steps=16 epochs=1..2" in out
     history = read_json(base, "model", "history.json")
     assert [h["epoch"] for h in history] == [0, 1, 2]
-    assert open(latest).read().strip() == "ckpt-0003"
+    assert open(latest).read().strip() == "ckpt-00000024"
 
 
 def test_bad_hyperparameter_fails_before_training_with_a_failure_file(job_dir):

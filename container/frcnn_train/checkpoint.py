@@ -2,8 +2,10 @@
 
 Layout under the checkpoint directory::
 
-    ckpt-0003/          model.params, trainer.states, state.json (epoch, step, best mAP, config,
-                        and the size of every file, so a truncated copy is never taken as complete)
+    ckpt-00000240/      model.params, trainer.states, state.json (next epoch and iteration, global
+                        step, best mAP, history, config, and the size of every file, so a truncated
+                        copy is never taken as complete); numbered by global step, so a mid-epoch
+                        checkpoint (stop, spot interruption) and an end-of-epoch one never collide
     latest              the name of the newest complete checkpoint, written last
 
 Each checkpoint is written into a temporary directory and renamed into place; ``latest`` is
@@ -22,7 +24,7 @@ from .errors import CheckpointError
 
 POINTER = "latest"
 STATE = "state.json"
-_NAME = re.compile(r"^ckpt-(\d{4,})$")
+_NAME = re.compile(r"^ckpt-(\d{8,})$")
 
 
 def _fsync_dir(path):
@@ -76,11 +78,15 @@ class CheckpointManager:
     def _path(self, name):
         return os.path.join(self.directory, name)
 
-    def save(self, epoch, state, write_files):
-        """Write checkpoint ``epoch``. ``write_files(tmpdir)`` writes the payload files;
-        ``state`` (JSON-able) is completed with the file sizes and written last."""
+    @staticmethod
+    def name(number):
+        return "ckpt-%08d" % number
+
+    def save(self, number, state, write_files):
+        """Write checkpoint ``number`` (the global step). ``write_files(tmpdir)`` writes the
+        payload files; ``state`` (JSON-able) is completed with the file sizes and written last."""
         os.makedirs(self.directory, exist_ok=True)
-        name = "ckpt-%04d" % epoch
+        name = self.name(number)
         tmp = tempfile.mkdtemp(prefix=".tmp-%s-" % name, dir=self.directory)
         try:
             write_files(tmp)
@@ -91,7 +97,7 @@ class CheckpointManager:
                 handle.flush()
                 os.fsync(handle.fileno())
             final = self._path(name)
-            if os.path.exists(final):  # same epoch saved again (e.g. stop, then end of epoch)
+            if os.path.exists(final):  # the same step saved again (a resumed job re-saving it)
                 old = tempfile.mkdtemp(prefix=".old-%s-" % name, dir=self.directory)
                 os.rename(final, os.path.join(old, name))
                 os.rename(tmp, final)

@@ -29,6 +29,9 @@ FPN_NETWORKS = tuple(n for n in NETWORKS if "_fpn_" in n)
 DATASETS = ("voc", "coco", "custom")
 KV_STORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
 
+# Hyperparameters the launcher owns (how many processes, MPI options), not training settings.
+LAUNCH_KEYS = ("processes_per_host", "custom_mpi_options")
+
 # Keys SageMaker and the SDK add on their own; they are not ours to validate.
 RESERVED_PREFIXES = ("sagemaker_",)
 RESERVED_KEYS = ("_tuning_objective_metric",)
@@ -318,7 +321,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
 def closest_key(key):
-    match = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.5)
+    match = difflib.get_close_matches(key, list(FIELDS) + list(LAUNCH_KEYS), n=1, cutoff=0.5)
     return match[0] if match else None
 
 
@@ -338,7 +341,7 @@ def _shown(raw):
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def from_hyperparameters(hyperparameters, extra_keys=()):
+def from_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     """Build and validate a TrainConfig from a mapping of hyperparameters.
 
     ``extra_keys`` are keys another layer owns (launch settings); they are accepted and ignored

@@ -55,12 +55,15 @@ class EqualStepsBatchSampler:
         self._seed = seed
         self._shuffle = shuffle
         self._epoch = 0
+        self._skip = 0
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch, skip=0):
+        """Select the epoch's batches; ``skip`` drops the first ones (resuming a stopped epoch)."""
         self._epoch = epoch
+        self._skip = skip
 
     def __len__(self):
-        return self._steps
+        return self._steps - self._skip
 
     def batches(self, epoch):
         sampler_cls = split_sorted_bucket_sampler_class()
@@ -80,7 +83,7 @@ class EqualStepsBatchSampler:
         return batches[: self._steps]
 
     def __iter__(self):
-        return iter(self.batches(self._epoch))
+        return iter(self.batches(self._epoch)[self._skip:])
 
 
 class IndexSampler:
@@ -251,7 +254,7 @@ def image_sizes(config, net):
     return short, short[-1], max_size
 
 
-def build_train_loader(config, net, datasets, world, per_rank_batch, steps):
+def build_train_loader(config, net, datasets, world, per_rank_batch, steps, num_workers=None):
     """The training loader of this rank and the handles the engine needs each epoch."""
     import mxnet as mx
     from gluoncv.data.batchify import FasterRCNNTrainBatchify
@@ -271,11 +274,12 @@ def build_train_loader(config, net, datasets, world, per_rank_batch, steps):
                                      world.rank, steps, seed=config.seed)
     loader = mx.gluon.data.DataLoader(
         dataset.transform(transform), batch_sampler=sampler,
-        batchify_fn=FasterRCNNTrainBatchify(net, 1), num_workers=config.num_workers)
+        batchify_fn=FasterRCNNTrainBatchify(net, 1),
+        num_workers=config.num_workers if num_workers is None else num_workers)
     return loader, sampler, mixup
 
 
-def build_val_loader(config, net, datasets, world):
+def build_val_loader(config, net, datasets, world, num_workers=None):
     """This rank's slice of the validation set (every size-th image), one image per batch."""
     import mxnet as mx
     from gluoncv.data.batchify import Append, Tuple
@@ -286,4 +290,5 @@ def build_val_loader(config, net, datasets, world):
     return mx.gluon.data.DataLoader(
         datasets.val.transform(FasterRCNNDefaultValTransform(val_short, max_size)),
         batch_sampler=mx.gluon.data.BatchSampler(IndexSampler(indices), 1, "keep"),
-        batchify_fn=Tuple(*[Append() for _ in range(3)]), num_workers=config.num_workers), indices
+        batchify_fn=Tuple(*[Append() for _ in range(3)]),
+        num_workers=config.num_workers if num_workers is None else num_workers), indices

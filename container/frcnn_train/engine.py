@@ -45,7 +45,7 @@ class Engine:
     """Runs epochs ``start_epoch .. epochs-1`` of ``steps`` steps each."""
 
     def __init__(self, *, config, world, dist, net, trainer, step, loader, steps, per_rank_batch,
-                 start_epoch=0, global_step=0, hooks=()):
+                 start_epoch=0, start_iteration=0, global_step=0, hooks=()):
         self.config = config
         self.world = world
         self.dist = dist
@@ -59,6 +59,8 @@ class Engine:
         self.start_epoch = start_epoch
         self.global_step = global_step
         self.iteration = 0
+        self.start_iteration = start_iteration  # > 0 only when resuming a stopped epoch
+        self.stopped = False  # a stop was agreed by all ranks; the loop ends after this step
         self.sums = MetricSums()
         self.hooks = [h for h in hooks if world.is_main or not h.main_only]
         self.completed = False
@@ -84,7 +86,8 @@ class Engine:
                 self._call("before_epoch")
                 self.data_wait = 0.0
                 batches = iter(self.loader)
-                for self.iteration in range(self.steps):
+                first, self.start_iteration = self.start_iteration, 0
+                for self.iteration in range(first, self.steps):
                     waited = time.perf_counter()
                     batch = next(batches)
                     self.data_wait += time.perf_counter() - waited
@@ -96,6 +99,8 @@ class Engine:
                     self._sync()
                     self.global_step += 1
                     self._call("after_step")
+                    if self.stopped:
+                        return
                 self._call("after_epoch")
                 self.epoch += 1
             self.completed = True
@@ -129,7 +134,7 @@ class EpochSetupHook(Hook):
 
     def before_epoch(self, engine):
         self.hybridize()
-        self.sampler.set_epoch(engine.epoch)
+        self.sampler.set_epoch(engine.epoch, skip=engine.start_iteration)
         if self.mixup is None:
             return
         import numpy as np
@@ -232,11 +237,10 @@ class CheckpointHook(Hook):
         self.manager = manager
         self.config_dict = config_dict
 
-    def after_epoch(self, engine):
-        if not every(engine.config.save_interval, engine.epoch, engine.last_epoch):
-            return
+    def save(self, engine, next_epoch, next_iteration):
         state = {
-            "epoch": engine.epoch + 1,  # the next epoch to run
+            "epoch": next_epoch,
+            "iteration": next_iteration,
             "global_step": engine.global_step,
             "best_map": engine.best_map if math.isfinite(engine.best_map) else None,
             "history": engine.history,
@@ -247,8 +251,41 @@ class CheckpointHook(Hook):
             engine.net.save_parameters(os.path.join(tmp, "model.params"))
             engine.trainer.save_states(os.path.join(tmp, "trainer.states"))
 
-        path = self.manager.save(engine.epoch + 1, state, write)
-        LOG.info("checkpoint: saved %s (next epoch %d)", path, engine.epoch + 1)
+        path = self.manager.save(engine.global_step, state, write)
+        LOG.info("checkpoint: saved %s (next epoch %d, iteration %d)", path, next_epoch, next_iteration)
+        return path
+
+    def after_epoch(self, engine):
+        if every(engine.config.save_interval, engine.epoch, engine.last_epoch):
+            self.save(engine, engine.epoch + 1, 0)
+
+
+class StopHook(Hook):
+    """A stop request (SIGTERM: job stopped, spot interruption) ends the job at a step boundary.
+
+    Each rank reads its request (``requested()``: a signal seen by this process, or the host's
+    stop file written by the launcher); the ranks agree with one allreduce per step, so every
+    rank stops after the same step. The main rank then writes a complete mid-epoch checkpoint
+    that the next run resumes from (same epoch, next iteration).
+    """
+
+    def __init__(self, requested, checkpoint_hook):
+        self.requested = requested
+        self.checkpoint_hook = checkpoint_hook
+
+    def after_step(self, engine):
+        local = 1.0 if self.requested() else 0.0
+        if engine.dist.allreduce_sum([local])[0] <= 0:
+            return
+        engine.stopped = True
+        next_epoch, next_iteration = engine.epoch, engine.iteration + 1
+        if next_iteration >= engine.steps:
+            next_epoch, next_iteration = engine.epoch + 1, 0
+        if engine.world.is_main:
+            LOG.warning("stop requested: saving a checkpoint at epoch %d, iteration %d", engine.epoch,
+                        engine.iteration)
+            self.checkpoint_hook.save(engine, next_epoch, next_iteration)
+        engine.dist.barrier()  # no rank exits before the checkpoint is complete
 
 
 class FinalModelHook(Hook):

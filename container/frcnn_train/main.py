@@ -91,7 +91,8 @@ def run_job(config, env, dist):
     from .checkpoint import CheckpointManager
     from .datasets import build_datasets, build_train_loader, build_val_loader, steps_per_epoch
     from .engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, LearningRateHook,
-                         MetricLogHook, ValidationHook, dump_json)
+                         MetricLogHook, StopHook, ValidationHook, dump_json)
+    from .guards import adapt_workers, check_gpu_runs
     from .evaluation import make_metric, validate
     from .model import build_network
     from .solver import lr_at, make_trainer
@@ -100,6 +101,8 @@ def run_job(config, env, dist):
     world = dist.world
     on_gpu = gpu_count() > 0
     ctx = mx.gpu(world.local_rank) if on_gpu else mx.cpu()
+    if on_gpu:
+        check_gpu_runs(ctx)
     per_rank_batch = config.per_rank_batch(world.size)
     effective = config.resolved(world.size)
     if world.is_main:
@@ -141,19 +144,24 @@ def run_job(config, env, dist):
 
     hybridize()
     steps = steps_per_epoch(len(datasets.train), world.size, per_rank_batch)
-    loader, sampler, mixup = build_train_loader(config, net, datasets, world, per_rank_batch, steps)
-    val_loader, val_indices = build_val_loader(config, net, datasets, world)
+    short, max_size = config_mod_short(config, net)
+    workers = adapt_workers(config.num_workers, per_rank_batch, short, max_size, world.local_size)
+    loader, sampler, mixup = build_train_loader(config, net, datasets, world, per_rank_batch, steps,
+                                                workers)
+    val_loader, val_indices = build_val_loader(config, net, datasets, world, workers)
     base_lr = config.effective_lr(world.size)
     trainer = make_trainer(config, net, dist, base_lr, on_gpu)
-    start_epoch, global_step = 0, 0
+    start_epoch, start_iteration, global_step = 0, 0, 0
     if resume:
         with tempfile.NamedTemporaryFile(suffix=".states") as handle:
             handle.write(resume["trainer_states"])
             handle.flush()
             trainer.load_states(handle.name)
         start_epoch, global_step = resume["epoch"], resume["global_step"]
-        LOG.info("resume: from %s at epoch %d (global step %d); optimizer state restored: %s",
-                 resume["path"], start_epoch, global_step, optimizer_state_digest(trainer))
+        start_iteration = resume.get("iteration", 0)
+        LOG.info("resume: from %s at epoch %d iteration %d (global step %d); optimizer state "
+                 "restored: %s", resume["path"], start_epoch, start_iteration, global_step,
+                 optimizer_state_digest(trainer))
 
     metric = make_metric(config, datasets, os.path.join(tempfile.gettempdir(), "frcnn_val_%d" % world.rank))
     step = ForwardBackward(net, config, ctx, amp_trainer=trainer if config.amp else None)
@@ -179,18 +187,21 @@ def run_job(config, env, dist):
                       os.path.join(model_dir, "model"), config_mod_short(config, net))
         LOG.info("model: written to %s", model_dir)
 
+    checkpoints = CheckpointHook(manager, effective)
     hooks = [
         LearningRateHook(lambda epoch, gstep: lr_at(config, base_lr, epoch, gstep)),
         EpochSetupHook(sampler, mixup, hybridize),
         MetricLogHook(),
+        StopHook(stop_requested, checkpoints),
         ValidationHook(lambda: hybridize() or validate(net, val_loader, val_indices, ctx, metric, dist,
                                         coco=config.dataset == "coco"), save_best),
-        CheckpointHook(manager, effective),
+        checkpoints,
         FinalModelHook(write_final),
     ]
     engine = Engine(config=config, world=world, dist=dist, net=net, trainer=trainer, step=step,
                     loader=loader, steps=steps, per_rank_batch=per_rank_batch,
-                    start_epoch=start_epoch, global_step=global_step, hooks=hooks)
+                    start_epoch=start_epoch, start_iteration=start_iteration,
+                    global_step=global_step, hooks=hooks)
     if resume:
         engine.history = list(resume.get("history") or [])
         if resume.get("best_map") is not None:
@@ -199,9 +210,34 @@ def run_job(config, env, dist):
         LOG.info("training: epochs %d..%d, %d steps per epoch, %d image(s) per rank, base lr %.6g",
                  start_epoch, config.value("epochs") - 1, steps, per_rank_batch, base_lr)
     engine.run()
-    LOG.info("finished: rank=%d steps=%d epochs=%d..%d", world.rank, engine.global_step - global_step,
-             start_epoch, engine.epoch - 1)
+    if engine.stopped:
+        LOG.info("stopped: rank=%d steps=%d at epoch %d iteration %d", world.rank,
+                 engine.global_step - global_step, engine.epoch, engine.iteration)
+    else:
+        LOG.info("finished: rank=%d steps=%d epochs=%d..%d", world.rank,
+                 engine.global_step - global_step, start_epoch, engine.epoch - 1)
     return engine.last_validation
+
+
+_STOP = {"signal": False}
+
+
+def stop_requested():
+    """A stop was asked for: a signal reached this process, or the launcher wrote the stop file."""
+    path = os.environ.get("FRCNN_STOP_FILE")
+    return _STOP["signal"] or bool(path and os.path.exists(path))
+
+
+def _on_stop_signal(signum, _frame):
+    if not _STOP["signal"]:
+        _STOP["signal"] = True
+        LOG.warning("received signal %d: stopping at the next step boundary", signum)
+
+
+def install_stop_signals():
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_stop_signal)
 
 
 def optimizer_state_digest(trainer):
@@ -253,10 +289,12 @@ def load_config(env, extra_keys=()):
     return config_mod.from_hyperparameters(env.hyperparameters, extra_keys=extra_keys)
 
 
-def job_main(base=None):
+def job_main(base=None, install_signals=True):
     """One rank of the job in ``base`` (default: $SAGEMAKER_BASE_DIR or /opt/ml)."""
     from .sm_env import Environment, base_dir
 
+    if install_signals:
+        install_stop_signals()
     env = None
     rank = int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
     setup_logging(rank)

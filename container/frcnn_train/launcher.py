@@ -1,0 +1,294 @@
+"""`train`: what SageMaker runs on every host (``docker run IMAGE train``).
+
+1. Read the job (``$SAGEMAKER_BASE_DIR``, default ``/opt/ml``) and validate every hyperparameter
+   before anything is downloaded or started.
+2. Plan the world: hosts x processes per host (GPU count; 1 on CPU; ``processes_per_host``
+   overrides). World size 1 runs the job in this process.
+3. Otherwise the leader (first host) starts sshd and waits for the workers (the
+   sagemaker-training toolkit's helpers), then runs ``mpirun`` with the toolkit's flags; workers
+   run sshd and wait for their ranks to come and go. Hyperparameters never reach a command line
+   or a shell: ranks read them from ``hyperparameters.json``.
+4. SIGTERM (stop, spot interruption) creates the host's stop file; ranks agree to stop at the next
+   step, save a checkpoint and exit; the launcher gives them until ``STOP_GRACE_S`` and then ends
+   them, inside SageMaker's 120 seconds.
+5. Any failure ends in one short ``output/failure`` (first writer wins) and a non-zero exit.
+"""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+from .config import LAUNCH_KEYS
+from .errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
+from .main import load_config, setup_logging, write_failure
+
+LOG = logging.getLogger("frcnn_train")
+
+STOP_GRACE_S = 100
+STATUS_FILE = "/tmp/done"  # the toolkit's convention: /tmp/done.<leader>
+ENV_STOP_FILE = "FRCNN_STOP_FILE"
+ENV_WORK_DIR = "FRCNN_WORK_DIR"
+# Environment the ranks need from the launcher (names only: values never appear in argv).
+FORWARDED_ENV_PREFIXES = ("SAGEMAKER_", "SM_", "FRCNN_", "AWS_", "MXNET_", "NCCL_", "HOROVOD_",
+                          "OMP_", "PYTHON", "GLUON", "LD_LIBRARY_PATH", "PATH", "HOME")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    hosts: tuple
+    current_host: str
+    processes_per_host: int
+    network_interface: str = "eth0"
+
+    @property
+    def world_size(self):
+        return len(self.hosts) * self.processes_per_host
+
+    @property
+    def leader(self):
+        return self.hosts[0]
+
+    @property
+    def is_leader(self):
+        return self.current_host == self.leader
+
+
+def processes_per_host(raw_value, gpus):
+    """GPU count (1 on CPU) unless the hyperparameter ``processes_per_host`` says otherwise."""
+    if raw_value is None:
+        return max(1, gpus)
+    from .config import decode, parse_int
+
+    try:
+        value = parse_int(decode(raw_value))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError("processes_per_host=%s: expected an integer >= 1." % raw_value,
+                          "leave it out (one process per GPU, or 1 on CPU) or give a positive integer.")
+    return value
+
+
+def make_plan(env, gpus):
+    hosts = tuple(env.hosts)
+    current = env.current_host
+    if current not in hosts:
+        raise ConfigError("resourceconfig.json: current_host %r is not in hosts %s." % (current, list(hosts)),
+                          "write a resourceconfig.json whose hosts include current_host.")
+    return LaunchPlan(hosts=hosts, current_host=current,
+                      processes_per_host=processes_per_host(env.hyperparameters.get("processes_per_host"), gpus),
+                      network_interface=env.resource_config.get("network_interface_name", "eth0"))
+
+
+def forwarded_env_names(environ):
+    return sorted(n for n in environ if n.startswith(FORWARDED_ENV_PREFIXES) and "\n" not in environ[n])
+
+
+def mpirun_command(plan, program, env_names, custom_mpi_options=(), ld_preload=None):
+    """The mpirun argv: the toolkit's flags (REFERENCE.md section 3), as a pure function.
+
+    One host runs its ranks locally (``localhost:N``: no ssh, no interface pinning); several hosts
+    pin MPI's and NCCL's traffic to the job's network interface.
+    """
+    if len(plan.hosts) == 1:
+        host_list = "localhost:%d" % plan.processes_per_host
+    else:
+        host_list = ",".join("%s:%d" % (h, plan.processes_per_host) for h in plan.hosts)
+    cmd = ["mpirun", "--host", host_list, "-np", str(plan.world_size), "--allow-run-as-root",
+           "--tag-output"]
+    if len(plan.hosts) > 1:
+        cmd += ["-mca", "btl_tcp_if_include", plan.network_interface,
+                "-mca", "oob_tcp_if_include", plan.network_interface,
+                "-mca", "plm_rsh_no_tree_spawn", "1"]
+    cmd += ["-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
+            "-mca", "orte_abort_on_non_zero_status", "1",
+            "-mca", "btl_vader_single_copy_mechanism", "none",
+            "-x", "NCCL_SOCKET_IFNAME=%s" % plan.network_interface]
+    if ld_preload:
+        cmd += ["-x", "LD_PRELOAD=%s" % ld_preload]
+    for name in env_names:
+        cmd += ["-x", name]
+    cmd += list(custom_mpi_options)
+    return cmd + list(program)
+
+
+def rank_program():
+    return [sys.executable, "-m", "frcnn_train.rank"]
+
+
+def toolkit_gethostname_preload():
+    """The toolkit's gethostname shim makes every rank see its SageMaker host name (algo-N). It
+    reads /opt/ml/input/config/resourceconfig.json unconditionally, so use it only where that exists."""
+    if not os.path.isfile("/opt/ml/input/config/resourceconfig.json"):
+        return None
+    try:
+        import gethostname  # the toolkit's C extension
+    except ImportError:
+        return None
+    return gethostname.__file__
+
+
+class StopSignal:
+    """SIGTERM/SIGINT: record the time and create the host's stop file for the ranks."""
+
+    def __init__(self, stop_file):
+        self.stop_file = stop_file
+        self.since = None
+
+    def install(self):
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, _frame):
+        if self.since is None:
+            self.since = time.time()
+            LOG.warning("received signal %d: asking the ranks to checkpoint and stop", signum)
+            request_stop(self.stop_file)
+
+
+def request_stop(stop_file):
+    os.makedirs(os.path.dirname(stop_file), exist_ok=True)
+    with open(stop_file, "w") as handle:
+        handle.write("stop\n")
+
+
+def stop_file_path(paths):
+    return os.environ.get(ENV_STOP_FILE) or os.path.join(work_dir(paths), "stop-requested")
+
+
+def work_dir(paths):
+    return os.environ.get(ENV_WORK_DIR) or paths.work_dir
+
+
+def run_leader(plan, env, stop, custom_mpi_options):
+    if len(plan.hosts) > 1:
+        from sagemaker_training import mpi
+
+        mpi._start_sshd_daemon()  # pylint: disable=protected-access
+        wait_for_workers(plan, mpi._can_connect)  # pylint: disable=protected-access
+    cmd = mpirun_command(plan, rank_program(), forwarded_env_names(os.environ), custom_mpi_options,
+                         toolkit_gethostname_preload())
+    LOG.info("launch: %d host(s) x %d process(es): %s", len(plan.hosts), plan.processes_per_host,
+             " ".join(cmd[: cmd.index(sys.executable)]))
+    code = supervise(subprocess.Popen(cmd, start_new_session=True), stop)
+    if len(plan.hosts) > 1 and code == 0:
+        from sagemaker_training import mpi
+
+        for host in plan.hosts[1:]:
+            mpi._write_status_file(host, STATUS_FILE + "." + plan.leader)  # pylint: disable=protected-access
+    return code
+
+
+def wait_for_workers(plan, can_connect, timeout_s=1800):
+    deadline = time.time() + timeout_s
+    for host in plan.hosts[1:]:
+        while not can_connect(host):
+            if time.time() > deadline:
+                raise EnvironmentCheckError("worker host %s did not start its SSH daemon within %d s."
+                                            % (host, timeout_s), "check the worker's log for its error.")
+            time.sleep(1)
+        LOG.info("worker %s is reachable", host)
+
+
+def supervise(proc, stop, poll_s=0.5):
+    """Wait for mpirun; after a stop request give the ranks STOP_GRACE_S, then end them."""
+    while True:
+        code = proc.poll()
+        if code is not None:
+            return code
+        if stop.since is not None and time.time() - stop.since > STOP_GRACE_S:
+            LOG.error("ranks did not stop within %d s; terminating them", STOP_GRACE_S)
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                return proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                return proc.wait()
+        time.sleep(poll_s)
+
+
+def run_worker(plan):
+    """Run sshd for the leader's mpirun, wait for this host's ranks (orted) to come and go, then
+    for the leader's status file; leave early if the leader goes away."""
+    from sagemaker_training import mpi
+
+    LOG.info("worker %s: waiting for the leader %s", plan.current_host, plan.leader)
+    while not mpi._can_connect(plan.leader):  # pylint: disable=protected-access
+        time.sleep(1)
+    mpi._write_env_vars_to_file()  # pylint: disable=protected-access
+    mpi._start_sshd_daemon()  # pylint: disable=protected-access
+    mpi._wait_orted_process_to_finish()  # pylint: disable=protected-access
+    status = STATUS_FILE + "." + plan.leader
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if os.path.exists(status):
+            LOG.info("worker %s: the leader reported success", plan.current_host)
+            return 0
+        if not mpi._can_connect(plan.leader):  # pylint: disable=protected-access
+            break
+        time.sleep(2)
+    raise JobError("the leader host %s ended without reporting success." % plan.leader,
+                   "see the leader's log for the failing rank.")
+
+
+def main(argv=None):
+    """Console script ``train``."""
+    from .sm_env import Environment, base_dir
+
+    setup_logging(0)
+    env = None
+    try:
+        env = Environment.read(base_dir())
+        config = load_config(env, extra_keys=LAUNCH_KEYS)  # all hyperparameter errors, up front
+        from .guards import check_gpus_visible, raise_open_file_limit
+        from .main import gpu_count
+
+        gpus = gpu_count()
+        check_gpus_visible(env.resource_config.get("current_instance_type"), gpus)
+        plan = make_plan(env, gpus)
+        config.per_rank_batch(plan.world_size)  # batch/world mismatch, before anything starts
+        limit = raise_open_file_limit()
+        os.environ.setdefault(ENV_WORK_DIR, work_dir(env.paths))
+        os.environ[ENV_STOP_FILE] = stop_file_path(env.paths)
+        if os.path.exists(os.environ[ENV_STOP_FILE]):
+            os.remove(os.environ[ENV_STOP_FILE])  # a stale request from an earlier run
+        os.environ.setdefault("SAGEMAKER_BASE_DIR", env.paths.base)
+        os.environ.setdefault("PYTHONUNBUFFERED", "1")
+        stop = StopSignal(os.environ[ENV_STOP_FILE])
+        stop.install()
+        LOG.info("job: hosts=%s current=%s processes_per_host=%d world=%d gpus=%d open_files=%d",
+                 ",".join(plan.hosts), plan.current_host, plan.processes_per_host, plan.world_size,
+                 gpus, limit)
+        if plan.world_size == 1:
+            from .main import job_main
+
+            code = job_main(env.paths.base, install_signals=False)
+        elif plan.is_leader:
+            custom = str(env.hyperparameters.get("custom_mpi_options", "")).split()
+            code = run_leader(plan, env, stop, custom)
+            if code != 0:
+                write_failure(env.paths.failure_file, failure_text_for(JobError(
+                    "a training rank exited with code %d." % code,
+                    "see the job log for the rank's error (lines tagged [rank N]).")))
+        else:
+            code = run_worker(plan)
+        if stop.since is not None:
+            LOG.warning("stopped on request after %.0f s", time.time() - stop.since)
+        return code
+    except BaseException as exc:  # the one top-level handler of the launcher
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        text = failure_text_for(exc)
+        LOG.error("job failed: %s\n%s", text, traceback.format_exc())
+        if env is not None:
+            write_failure(env.paths.failure_file, text)
+        return 1
+
+
+def cli():
+    sys.exit(main())

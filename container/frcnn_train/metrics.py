@@ -1,0 +1,23 @@
+"""The one source of SageMaker metric definitions (regexes over the job log).
+
+The engine writes these lines (engine.py); the launcher passes ``METRIC_DEFINITIONS`` to the
+Estimator. The regexes match with or without mpirun's ``[1,0]<stdout>:`` prefix since they are
+not anchored. Training metrics come from the per-epoch summary line (one point per epoch, global
+over all ranks); ``validation:mAP`` is the tuning objective.
+"""
+
+_NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
+_TRAIN = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
+          "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1")
+
+METRIC_DEFINITIONS = (
+    [{"Name": "train:%s" % name, "Regex": r"\] summary: .* %s=%s" % (name, _NUMBER)} for name in _TRAIN]
+    + [
+        {"Name": "train:speed", "Regex": r"\] summary: time=\S+ speed=%s samples/s" % _NUMBER},
+        {"Name": "train:data_wait_pct", "Regex": r"\] summary: .* data_wait=%s%%" % _NUMBER},
+        {"Name": "train:lr", "Regex": r"\] summary: .* lr=%s" % _NUMBER},
+        {"Name": "validation:mAP", "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ mAP=%s" % _NUMBER},
+    ]
+)
+
+OBJECTIVE_METRIC = "validation:mAP"
