@@ -43,7 +43,8 @@ def setup(root, num_workers, n_images):
     net = build_network(config, data.classes, per_rank, False, None, mx.cpu())
     net.hybridize()
     steps = steps_per_epoch(len(data.train), 1, per_rank)
-    loader, sampler, mixup = build_train_loader(config, net, data, dist.world, per_rank, steps)
+    train_data = build_train_loader(config, net, data, dist.world, per_rank, steps)
+    loader, sampler, mixup = train_data.loader, train_data.sampler, train_data.mixup
     trainer = make_trainer(config, net, dist, config.effective_lr(1), False)
     return config, dist, net, loader, sampler, mixup, trainer, per_rank, steps
 

@@ -153,6 +153,23 @@ def parse_str_list(value):
         raise ValueError("a list of names, as JSON ([\"a\", \"b\"]) or comma-separated (a,b)") from None
 
 
+def parse_checksums(value):
+    """'' (the known VOC SHA-1s), 'none' (opt out), or an object {tar name: sha1 hex}."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("", "none"):
+            return text.lower()
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise ValueError("a JSON object of tar name to SHA-1, or 'none'") from None
+    if isinstance(value, dict) and value and all(
+            isinstance(k, str) and isinstance(v, str) and len(v) == 40
+            and all(c in "0123456789abcdefABCDEF" for c in v) for k, v in value.items()):
+        return json.dumps({k: v.lower() for k, v in sorted(value.items())}, sort_keys=True)
+    raise ValueError("a JSON object of tar name to 40-hex-digit SHA-1, or 'none'")
+
+
 def choice(options):
     def parse(value):
         text = parse_str(value) if not isinstance(value, bool) else None
@@ -254,6 +271,15 @@ class TrainConfig:
     val_interval: int = hp(1, _pos_int, "Validate every N epochs (and after the last).")
     save_interval: int = hp(1, _pos_int, "Checkpoint every N epochs (and after the last).")
     keep_checkpoints: int = hp(3, _pos_int, "Keep the last N complete checkpoints.")
+    data_s3_uri: str = hp("", check(parse_str, lambda v: v == "" or (v.startswith("s3://") and len(v) > 5),
+                                    "an s3://bucket/prefix/ URI"),
+                          "S3 location of the three VOC tars, tried when the 'voc' channel is absent.")
+    data_mirrors: Tuple[str, ...] = hp(("official",), parse_str_list,
+                                       "HTTP(S) base URLs tried after S3 (comma-separated); "
+                                       "'official' means the Oxford VOC locations.")
+    data_checksums: str = hp("", parse_checksums,
+                             "SHA-1 per tar as a JSON object for a custom dataset, or 'none' to opt "
+                             "out; empty means the known VOC checksums.")
     pretrained_base: bool = hp(True, parse_bool,
                                "Start the backbone from ImageNet weights (the 'pretrained' channel, "
                                "else GluonCV's download); false trains it from scratch.")

@@ -100,6 +100,14 @@ class IndexSampler:
 
 
 @dataclass
+class TrainData:
+    loader: object
+    sampler: EqualStepsBatchSampler
+    mixup: object  # the MixupDetection wrapper when mixup is on, else None
+    first_batch: object  # () -> one batch of one sample, in the loader's format
+
+
+@dataclass
 class Datasets:
     train: object
     val: object
@@ -166,17 +174,26 @@ def voc_aspect_ratios(items):
 
 
 class SubsetDataset:
-    """The items of ``base`` at ``indices`` (images that have at least one object to learn)."""
+    """The items of ``base`` at ``indices`` (images that have at least one object to learn).
 
-    def __init__(self, base, indices):
+    A sample that cannot be read becomes a DataError naming the image file, instead of a bare
+    decoder error from deep inside a data-loader worker."""
+
+    def __init__(self, base, indices, image_paths):
         self._base = base
         self._indices = list(indices)
+        self._paths = list(image_paths)
 
     def __len__(self):
         return len(self._indices)
 
     def __getitem__(self, idx):
-        return self._base[self._indices[idx]]
+        try:
+            return self._base[self._indices[idx]]
+        except Exception as exc:  # any reader failure: say which file
+            raise DataError("cannot read training/validation image %s (%s: %s)."
+                            % (self._paths[idx], type(exc).__name__, str(exc).splitlines()[0][:200]),
+                            "replace or remove the file and its entry in ImageSets/Main.") from exc
 
     @property
     def classes(self):
@@ -207,9 +224,9 @@ def _voc_dataset(devkit, splits, classes, what):
         logging.getLogger("frcnn_train").warning(
             "%s: %d of %d images have no object of the configured classes and are left out",
             what, len(dataset) - len(keep), len(dataset))
-        items = [dataset._items[i] for i in keep]  # pylint: disable=protected-access
-        return SubsetDataset(dataset, keep), items
-    return dataset, list(dataset._items)  # pylint: disable=protected-access
+    items = [dataset._items[i] for i in keep]  # pylint: disable=protected-access
+    paths = [os.path.join(base, "JPEGImages", image_id + ".jpg") for base, image_id in items]
+    return SubsetDataset(dataset, keep, paths), items
 
 
 def build_datasets(config, data_root):
@@ -272,11 +289,12 @@ def build_train_loader(config, net, datasets, world, per_rank_batch, steps, num_
         multi_stage=config.use_fpn)
     sampler = EqualStepsBatchSampler(datasets.aspect_ratios, per_rank_batch, world.size,
                                      world.rank, steps, seed=config.seed)
+    transformed = dataset.transform(transform)
+    batchify = FasterRCNNTrainBatchify(net, 1)
     loader = mx.gluon.data.DataLoader(
-        dataset.transform(transform), batch_sampler=sampler,
-        batchify_fn=FasterRCNNTrainBatchify(net, 1),
+        transformed, batch_sampler=sampler, batchify_fn=batchify,
         num_workers=config.num_workers if num_workers is None else num_workers)
-    return loader, sampler, mixup
+    return TrainData(loader, sampler, mixup, lambda: batchify([transformed[0]]))
 
 
 def build_val_loader(config, net, datasets, world, num_workers=None):

@@ -43,10 +43,10 @@ class SingleProcess:
     def broadcast_parameters(self, params):
         return None
 
-    def allgather_object(self, obj):
+    def allgather_object(self, obj, name):
         return [obj]
 
-    def broadcast_object(self, obj):
+    def broadcast_object(self, obj, name):
         return obj
 
     def allreduce_sum(self, values):
@@ -78,11 +78,13 @@ class Horovod:
     def broadcast_parameters(self, params):
         self._hvd.broadcast_parameters(params, root_rank=0)
 
-    def allgather_object(self, obj):
-        return self._hvd.allgather_object(obj)
+    # Horovod names an object collective after the object's type unless told otherwise; ranks that
+    # hold different types (a dict on rank 0, None elsewhere) would then never meet. Always name it.
+    def allgather_object(self, obj, name):
+        return self._hvd.allgather_object(obj, name="frcnn." + name)
 
-    def broadcast_object(self, obj):
-        return self._hvd.broadcast_object(obj, root_rank=0)
+    def broadcast_object(self, obj, name):
+        return self._hvd.broadcast_object(obj, root_rank=0, name="frcnn." + name)
 
     def allreduce_sum(self, values):
         import mxnet as mx

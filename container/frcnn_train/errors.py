@@ -18,6 +18,9 @@ class JobError(Exception):
         self.cause = cause
         self.fix = fix
 
+    def __reduce__(self):  # survives the trip back from a data-loader worker process
+        return (type(self), (self.cause, self.fix))
+
     def failure_text(self):
         text = "%s: %s" % (self.category, self.cause)
         if self.fix:

@@ -57,7 +57,7 @@ def combine(metric, per_rank_results, coco=False):
 def validate(net, loader, indices, ctx, metric, dist, coco=False):
     """Run the shard, allgather, combine. Returns {'mAP': float, 'per_class': {name: AP}}."""
     local = detect_shard(net, loader, indices, ctx)
-    gathered = dist.allgather_object(local)
+    gathered = dist.allgather_object(local, "detections")
     metric.reset()
     names, values = combine(metric, gathered, coco)
     per_class = {n: v for n, v in zip(names[:-1], values[:-1])}

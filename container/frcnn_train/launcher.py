@@ -23,7 +23,6 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from .config import LAUNCH_KEYS
 from .errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
 from .main import load_config, setup_logging, write_failure
 
@@ -238,13 +237,13 @@ def run_worker(plan):
 
 def main(argv=None):
     """Console script ``train``."""
-    from .sm_env import Environment, base_dir
+    from .sm_env import Environment, JobPaths, base_dir
 
     setup_logging(0)
-    env = None
+    failure_path = JobPaths(base_dir()).failure_file
     try:
         env = Environment.read(base_dir())
-        config = load_config(env, extra_keys=LAUNCH_KEYS)  # all hyperparameter errors, up front
+        config = load_config(env)  # every hyperparameter error, before anything starts
         from .guards import check_gpus_visible, raise_open_file_limit
         from .main import gpu_count
 
@@ -285,8 +284,7 @@ def main(argv=None):
             raise
         text = failure_text_for(exc)
         LOG.error("job failed: %s\n%s", text, traceback.format_exc())
-        if env is not None:
-            write_failure(env.paths.failure_file, text)
+        write_failure(failure_path, text)
         return 1
 
 

@@ -119,6 +119,15 @@ def run_job(config, env, dist):
                         env.channel_dir("pretrained"), ctx)
     model_dir = env.paths.model_dir
     manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
+    steps = steps_per_epoch(len(datasets.train), world.size, per_rank_batch)
+    short, max_size = config_mod_short(config, net)
+    workers = adapt_workers(config.num_workers, per_rank_batch, short, max_size, world.local_size)
+    train_data = build_train_loader(config, net, datasets, world, per_rank_batch, steps, workers)
+    loader, sampler, mixup = train_data.loader, train_data.sampler, train_data.mixup
+    val_loader, val_indices = build_val_loader(config, net, datasets, world, workers)
+    # Every parameter gets its shape now (one training-mode forward on one sample), so loading,
+    # broadcasting and the optimizer state never meet a deferred parameter.
+    materialize_parameters(net, train_data.first_batch(), ctx)
 
     # Resume: the main rank finds the newest complete checkpoint and shares what it holds.
     resume = None
@@ -126,14 +135,12 @@ def run_job(config, env, dist):
         latest = manager.latest()
         if latest:
             path, state = latest
-            # ignore_extra: the file also holds the training-time box encoder's constants, which a
-            # network that has not run a training step yet does not list.
-            net.load_parameters(os.path.join(path, "model.params"), ctx=ctx, ignore_extra=True)
+            net.load_parameters(os.path.join(path, "model.params"), ctx=ctx)
             with open(os.path.join(path, "trainer.states"), "rb") as handle:
                 resume = dict(state, trainer_states=handle.read(), path=path)
         elif env.channel_dir("model"):
             _load_start_model(net, env.channel_dir("model"), ctx)
-    resume = dist.broadcast_object(resume)
+    resume = dist.broadcast_object(resume, "resume")
     dist.broadcast_parameters(net.collect_params())
 
     def hybridize():
@@ -143,12 +150,6 @@ def run_job(config, env, dist):
             net.hybridize(static_alloc=config.static_alloc)
 
     hybridize()
-    steps = steps_per_epoch(len(datasets.train), world.size, per_rank_batch)
-    short, max_size = config_mod_short(config, net)
-    workers = adapt_workers(config.num_workers, per_rank_batch, short, max_size, world.local_size)
-    loader, sampler, mixup = build_train_loader(config, net, datasets, world, per_rank_batch, steps,
-                                                workers)
-    val_loader, val_indices = build_val_loader(config, net, datasets, world, workers)
     base_lr = config.effective_lr(world.size)
     trainer = make_trainer(config, net, dist, base_lr, on_gpu)
     start_epoch, start_iteration, global_step = 0, 0, 0
@@ -240,6 +241,15 @@ def install_stop_signals():
     signal.signal(signal.SIGTERM, _on_stop_signal)
 
 
+def materialize_parameters(net, batch, ctx):
+    from mxnet import autograd
+
+    data, label = [(part[0] if isinstance(part, (list, tuple)) else part).as_in_context(ctx)
+                   for part in batch[:2]]
+    with autograd.train_mode():
+        net(data, label[:, :, :4], label[:, :, 4:5])
+
+
 def optimizer_state_digest(trainer):
     """'N arrays, sum|x|=S' over the optimizer's state (momentum buffers): a cheap fingerprint that
     shows in the log that a resumed job really continues with the saved optimizer state."""
@@ -285,17 +295,17 @@ def export_symbol(config, classes, params_path, prefix, sizes):
     net.export(prefix, epoch=0)
 
 
-def load_config(env, extra_keys=()):
-    return config_mod.from_hyperparameters(env.hyperparameters, extra_keys=extra_keys)
+def load_config(env):
+    return config_mod.from_hyperparameters(env.hyperparameters)
 
 
 def job_main(base=None, install_signals=True):
     """One rank of the job in ``base`` (default: $SAGEMAKER_BASE_DIR or /opt/ml)."""
-    from .sm_env import Environment, base_dir
+    from .sm_env import Environment, JobPaths, base_dir
 
     if install_signals:
         install_stop_signals()
-    env = None
+    failure_path = JobPaths(base or base_dir()).failure_file
     rank = int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
     setup_logging(rank)
     try:
@@ -314,8 +324,7 @@ def job_main(base=None, install_signals=True):
             raise
         text = failure_text_for(exc)
         LOG.error("job failed: %s\n%s", text, traceback.format_exc())
-        if env is not None:
-            write_failure(env.paths.failure_file, text)
+        write_failure(failure_path, text)
         return 1
 
 

@@ -1,0 +1,169 @@
+"""The SageMaker job contract, through the `train` command against SAGEMAKER_BASE_DIR trees."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, make_job
+
+from frcnn_train.metrics import METRIC_DEFINITIONS
+
+
+def train_env(base, **extra):
+    return dict(os.environ, SAGEMAKER_BASE_DIR=base, PYTHONUNBUFFERED="1", **extra)
+
+
+def run_train(base, timeout=600):
+    start = time.time()
+    result = subprocess.run([os.path.join(BIN, "train")], capture_output=True, text=True,
+                            timeout=timeout, env=train_env(base))
+    result.elapsed = time.time() - start
+    return result
+
+
+def failure_of(base):
+    path = os.path.join(base, "output", "failure")
+    return open(path).read() if os.path.exists(path) else None
+
+
+def test_train_is_our_entrypoint_on_path():
+    script = open(shutil.which("train", path=BIN)).read()
+    assert "frcnn_train.launcher" in script
+
+
+def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):
+    # SDK >= 2.110 JSON-quotes every value; a generic Estimator renders booleans as "False".
+    base = make_job(job_dir, {}, n_train=6, n_test=3)
+    hps = {"network": "\"faster_rcnn_resnet18_v1b_voc\"", "dataset": "\"custom\"",
+           "pretrained_base": "\"False\"", "short": "\"128\"", "max_size": "176",
+           "epochs": "\"1\"", "batch_size": "2", "lr": "\"0.02\"", "lr_decay_epoch": "\"[5, 9]\"",
+           "num_workers": "0", "no_wd": "\"True\"", "mixup": "False", "log_interval": "1",
+           "train_splits": "\"2007_trainval\"", "sagemaker_region": "\"us-east-1\"",
+           "sagemaker_job_name": "\"frcnn-test\""}
+    with open(os.path.join(base, "input", "config", "hyperparameters.json"), "w") as handle:
+        json.dump(hps, handle)
+    result = run_train(base)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert failure_of(base) is None
+    config = json.load(open(os.path.join(base, "model", "config.json")))
+    assert config["pretrained_base"] is False and config["no_wd"] is True and config["mixup"] is False
+    assert config["lr_decay_epoch"] == [5, 9] and config["short"] == [128] and config["epochs"] == 1
+    assert os.path.isfile(os.path.join(base, "model", "model.params"))
+    # The shipped metric definitions match the real log lines of this job.
+    for definition in METRIC_DEFINITIONS:
+        assert re.search(definition["Regex"], result.stdout), definition["Name"]
+
+
+@pytest.mark.parametrize("hps, words", [
+    ({"epochs": "many"}, ["epochs=many", "expected an integer"]),
+    ({"learning_rate": "0.1"}, ["unknown hyperparameter 'learning_rate'"]),
+    ({"lr": "0"}, ["lr=0", "(0, 10]"]),
+    ({"mixup": "perhaps"}, ["mixup=perhaps", "boolean"]),
+    ({"lr_decay_epoch": "20,14"}, ["lr_decay_epoch=20,14", "strictly increasing"]),
+    ({"batch_size": "3", "processes_per_host": "2"}, ["batch_size=3", "set batch_size to 2 or 4"]),
+    ({"processes_per_host": "0"}, ["processes_per_host=0", ">= 1"]),
+    ({"network": "yolo3_darknet53_voc"}, ["network=yolo3_darknet53_voc", "one of"]),
+])
+def test_bad_hyperparameters_stop_the_job_with_a_failure_file(job_dir, hps, words):
+    base = make_job(job_dir, hps, n_train=2, n_test=1)
+    result = run_train(base, timeout=120)
+    assert result.returncode != 0
+    failure = failure_of(base)
+    assert failure and failure.startswith("ConfigError:") and len(failure) < 1024
+    for word in words:
+        assert word in failure, failure
+        assert word in result.stdout
+    assert not os.path.exists(os.path.join(base, "model", "model.params"))
+    assert not os.path.exists(os.path.join(base, "checkpoints"))  # nothing started
+
+
+def test_malformed_hyperparameters_file(job_dir):
+    base = make_job(job_dir, {}, n_train=2, n_test=1)
+    with open(os.path.join(base, "input", "config", "hyperparameters.json"), "w") as handle:
+        handle.write("{not json")
+    result = run_train(base, timeout=120)
+    assert result.returncode != 0
+    assert "hyperparameters.json is not valid JSON" in failure_of(base)
+
+
+def test_missing_data_channel(job_dir):
+    base = make_job(job_dir, {"epochs": "1"}, n_train=2, n_test=1)
+    shutil.rmtree(os.path.join(base, "input", "data", "voc"))
+    result = run_train(base, timeout=120)
+    assert result.returncode != 0
+    failure = failure_of(base)
+    assert failure.startswith("DataError:") and "'voc' channel" in failure
+
+
+def wait_for(predicate, timeout, proc=None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        if proc is not None and proc.poll() is not None:
+            return predicate()
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_sigterm_mid_epoch_checkpoints_and_the_next_run_resumes(job_dir, processes):
+    base = make_job(job_dir, {"epochs": "2", "batch_size": str(processes), "log_interval": "1",
+                              "processes_per_host": str(processes)}, n_train=24, n_test=2)
+    log_path = os.path.join(str(job_dir), "..", "first.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([os.path.join(BIN, "train")], stdout=log, stderr=subprocess.STDOUT,
+                                env=train_env(base))
+        started = wait_for(lambda: "[Epoch 0][Batch 2/" in open(log_path).read(), 300, proc)
+        assert started, open(log_path).read()[-3000:]
+        sent = time.time()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    took = time.time() - sent
+    out = open(log_path).read()
+    assert code == 0, out[-3000:]
+    assert took < 60, took
+    assert "stop requested: saving a checkpoint at epoch 0" in out
+    latest = open(os.path.join(base, "checkpoints", "latest")).read().strip()
+    state = json.load(open(os.path.join(base, "checkpoints", latest, "state.json")))
+    assert state["epoch"] == 0 and 0 < state["iteration"] < 24 // processes
+    assert not os.path.exists(os.path.join(base, "model", "model.params"))  # not finished
+    assert failure_of(base) is None
+    assert len(re.findall(r"stopped: rank=\d", out)) == processes  # every rank stopped
+
+    result = run_train(base)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "resume: from %s at epoch 0 iteration %d" % (
+        os.path.join(base, "checkpoints", latest), state["iteration"]) in result.stdout
+    steps_left = 2 * (24 // processes) - state["global_step"]
+    assert re.search(r"finished: rank=0 steps=%d epochs=0\.\.1" % steps_left, result.stdout)
+    assert os.path.isfile(os.path.join(base, "model", "model.params"))
+    if processes > 1:
+        # Under mpirun every line carries the [1,0]<stdout>: prefix; the definitions still match.
+        tagged = "\n".join(l for l in result.stdout.splitlines() if l.startswith("[1,0]<stdout>:"))
+        for definition in METRIC_DEFINITIONS:
+            assert re.search(definition["Regex"], tagged), definition["Name"]
+
+
+def test_a_failing_rank_ends_the_two_rank_job_quickly_with_its_reason(job_dir):
+    # One training image is missing: whichever rank reads it fails; mpirun must end the other,
+    # which would otherwise wait in an allreduce forever.
+    base = make_job(job_dir, {"epochs": "3", "batch_size": "2", "processes_per_host": "2"},
+                    n_train=12, n_test=2)
+    voc = os.path.join(base, "input", "data", "voc", "VOCdevkit", "VOC2007")
+    first = open(os.path.join(voc, "ImageSets", "Main", "trainval.txt")).read().split()[3]
+    os.remove(os.path.join(voc, "JPEGImages", first + ".jpg"))
+    result = run_train(base, timeout=300)
+    assert result.returncode != 0
+    assert result.elapsed < 90, result.elapsed
+    failure = failure_of(base)
+    assert failure and len(failure) < 1024
+    assert first + ".jpg" in failure, failure
+    # The log has the tagged traceback of the failing rank.
+    assert re.search(r"\[1,\d\]<stdout>:.*job failed", result.stdout)
