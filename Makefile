@@ -16,7 +16,11 @@ HOROVOD_FLAGS := HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHO
 WHEELHOUSE ?= $(HOME)/.cache/frcnn-wheels/horovod-0.28.1-mxnet-1.9.1-py311-gloo-mpi
 SYSTEM_PACKAGES := openmpi-bin libopenmpi-dev openssh-client
 
-.PHONY: venv sysdeps run test bench clean
+IMAGE ?= frcnn-training:cpu
+GPU_IMAGE ?= frcnn-training:gpu
+BASE_IMAGE ?= frcnn-base:bookworm
+
+.PHONY: venv sdk-venv sysdeps run test bench image image-gpu engine clean
 venv: $(STAMP)
 
 # OpenMPI (mpirun, and headers for Horovod's MPI controller) comes from the system.
@@ -36,17 +40,48 @@ $(STAMP): $(CONSTRAINTS) container/pyproject.toml Makefile | sysdeps
 	$(PIP) install -q -c $(CONSTRAINTS) sagemaker-training==5.1.4
 	$(PIP) install -q -c $(CONSTRAINTS) --no-build-isolation -e 'container[test]'
 	$(PY) -c "import mxnet, gluoncv, horovod.mxnet, frcnn_train, sagemaker_training"
-	$(VENV)/bin/horovodrun --check-build | grep -q "\[X\] MXNet"
+	$(VENV)/bin/horovodrun --check-build > $(VENV)/horovod-build.txt
+	grep -F "[X] MXNet" $(VENV)/horovod-build.txt
 	touch $@
 
 run: $(STAMP)
 	$(VENV)/bin/frcnn-run --output $(RUN_DIR)
 
-test: $(STAMP)
+SDK_VENV ?= .venv-sdk
+SDK_STAMP := $(SDK_VENV)/.installed
+
+# The notebook side (SageMaker SDK v2 for local mode and the launcher) needs numpy>=1.26, which
+# mxnet 1.9.1 cannot use: it gets its own environment and pins.
+sdk-venv: $(SDK_STAMP)
+$(SDK_STAMP): constraints-sdk.txt Makefile
+	test -x $(SDK_VENV)/bin/python || $(PYTHON) -m venv $(SDK_VENV)
+	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt "sagemaker>=2.257,<3"
+	touch $@
+
+# Everything: unit, functional, and container tests (the engine is started and the CPU image built
+# first; where no engine can run at all, the container tests skip with a loud message).
+test: $(STAMP) $(SDK_STAMP)
+	if bash docker/ensure-engine.sh; then $(MAKE) image; \
+	else echo "WARNING: no Docker engine could be started: container tests will be skipped"; fi
 	$(PY) -m pytest -q tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine_overhead.py
+
+engine:
+	bash docker/ensure-engine.sh
+
+# The CPU image, on a machine like ours: start an engine if none answers, make the base image
+# locally when it cannot be pulled, reuse the Horovod wheel built for the local install.
+image: $(STAMP) engine
+	bash docker/make-base-image.sh $(BASE_IMAGE)
+	cp $(WHEELHOUSE)/horovod-*.whl docker/wheels/
+	docker build -t $(IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE) \
+	  --build-arg MXNET_PACKAGE=mxnet==1.9.1 --build-arg HOROVOD_GPU_OPERATIONS= .
+
+# The GPU image (needs a machine that can pull nvidia/cuda:11.2.2-cudnn8-devel-ubuntu20.04).
+image-gpu: engine
+	docker build -t $(GPU_IMAGE) .
 
 clean:
 	rm -rf $(VENV) out

@@ -68,7 +68,7 @@ def test_two_horovod_ranks_on_an_uneven_dataset_finish(job_dir):
     finished = re.findall(r"\[rank (\d)\] finished: rank=\d steps=(\d+) epochs=0\.\.1", out)
     assert sorted(r for r, _ in finished) == ["0", "1"]
     assert {s for _, s in finished} == {"8"}  # ceil(ceil(7/2)/1) = 4 steps x 2 epochs, each rank
-    assert "world: size=2" in out
+    assert re.search(r"\[rank 0\] world: rank=0 size=2", out) and re.search(r"\[rank 1\] world: rank=1 size=2", out)
     validation = read_json(base, "model", "validation.json")
     assert validation["images"] == 5  # both shards combined
     assert os.path.isfile(os.path.join(base, "model", "model.params"))

@@ -104,7 +104,7 @@ class TrainData:
     loader: object
     sampler: EqualStepsBatchSampler
     mixup: object  # the MixupDetection wrapper when mixup is on, else None
-    first_batch: object  # () -> one batch of one sample, in the loader's format
+    first_batch: object  # () -> one batch (the first samples), in the loader's format
 
 
 @dataclass
@@ -294,7 +294,8 @@ def build_train_loader(config, net, datasets, world, per_rank_batch, steps, num_
     loader = mx.gluon.data.DataLoader(
         transformed, batch_sampler=sampler, batchify_fn=batchify,
         num_workers=config.num_workers if num_workers is None else num_workers)
-    return TrainData(loader, sampler, mixup, lambda: batchify([transformed[0]]))
+    return TrainData(loader, sampler, mixup, lambda: batchify(
+        [transformed[i % len(transformed)] for i in range(per_rank_batch)]))
 
 
 def build_val_loader(config, net, datasets, world, num_workers=None):

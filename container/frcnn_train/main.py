@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+import socket
 import sys
 import tempfile
 import traceback
@@ -105,9 +106,9 @@ def run_job(config, env, dist):
         check_gpu_runs(ctx)
     per_rank_batch = config.per_rank_batch(world.size)
     effective = config.resolved(world.size)
+    LOG.info("world: rank=%d size=%d local_rank=%d local_size=%d host=%s device=%s", world.rank,
+             world.size, world.local_rank, world.local_size, socket.gethostname(), ctx)
     if world.is_main:
-        LOG.info("world: size=%d rank=%d local_size=%d device=%s", world.size, world.rank,
-                 world.local_size, ctx)
         LOG.info("effective configuration: %s", json.dumps(effective, sort_keys=True))
     seed_everything(config.seed, world.rank)
 

@@ -1,0 +1,136 @@
+"""The image, really run: `docker run IMAGE train` and SageMaker SDK v2 local mode (1 and 2 hosts).
+
+Needs a Docker engine and the CPU image (`make test` starts the engine and runs `make image`
+first). Without any engine these tests skip with a loud message; with an engine but no image they
+fail, since that means the build broke.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import TINY, make_job
+
+from frcnn_train.metrics import METRIC_DEFINITIONS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGE = os.environ.get("IMAGE", "frcnn-training:cpu")
+SDK_PYTHON = os.path.join(ROOT, ".venv-sdk", "bin", "python")
+
+
+def engine_answers():
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+if not engine_answers():
+    print("\n" + "!" * 78 + "\n!! NO DOCKER ENGINE: the container tests are SKIPPED on this machine.\n"
+          "!! Run `bash docker/ensure-engine.sh` (as root) to install and start one.\n" + "!" * 78)
+    pytestmark = pytest.mark.skip(reason="no Docker engine can run here")
+
+
+@pytest.fixture(scope="module")
+def image():
+    found = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True)
+    assert found.returncode == 0, "image %s is missing: run `make image` (the build failed?)" % IMAGE
+    return IMAGE
+
+
+def docker_run(image, base, timeout=900, extra=()):
+    cmd = ["docker", "run", "--rm", "--network", "host", "--shm-size", "1g",
+           "-v", "%s:/opt/ml" % base] + list(extra) + [image, "train"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_docker_run_trains_and_writes_the_model(image, job_dir):
+    base = make_job(job_dir, {"epochs": "1", "batch_size": "2", "num_workers": "2"}, n_train=6, n_test=3)
+    result = docker_run(image, base)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    for name in ("model.params", "model-symbol.json", "model-0000.params", "classes.json",
+                 "config.json", "validation.json"):
+        assert os.path.isfile(os.path.join(base, "model", name)), name
+    assert not os.path.exists(os.path.join(base, "output", "failure"))
+    assert "world: rank=0 size=1" in out
+
+
+def test_docker_run_with_a_bad_hyperparameter_fails_with_the_reason(image, job_dir):
+    base = make_job(job_dir, {"epochs": "1", "momentum": "2"}, n_train=2, n_test=1)
+    result = docker_run(image, base, timeout=300)
+    assert result.returncode != 0
+    failure = open(os.path.join(base, "output", "failure")).read()
+    assert failure.startswith("ConfigError:") and "momentum=2" in failure
+
+
+def sdk_environment(tmp_path):
+    home = tmp_path / "home"
+    (home / ".config" / "sagemaker").mkdir(parents=True)
+    (home / ".config" / "sagemaker" / "config.yaml").write_text(
+        'SchemaVersion: "1.0"\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n')
+    env = dict(os.environ, HOME=str(home), AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+               AWS_DEFAULT_REGION="us-east-1", PYTHONUNBUFFERED="1")
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
+        env.pop(name, None)
+    return env
+
+
+def run_local_mode(tmp_path, image, instance_count, hyperparameters, n_train=6, n_test=4):
+    assert os.path.exists(SDK_PYTHON), "the SDK environment is missing: run `make sdk-venv`"
+    data = tmp_path / "data"
+    make_job(tmp_path / "tree", {}, n_train=n_train, n_test=n_test)
+    os.rename(tmp_path / "tree" / "input" / "data" / "voc", data)
+    spec = {"image": image, "instance_count": instance_count, "data_dir": str(data),
+            "output_dir": str(tmp_path / "output"), "metric_definitions": METRIC_DEFINITIONS,
+            "hyperparameters": dict(TINY, **hyperparameters)}
+    (tmp_path / "output").mkdir()
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    result = subprocess.run([SDK_PYTHON, os.path.join(ROOT, "tests", "sdk_local_job.py"), str(spec_path)],
+                            capture_output=True, text=True, timeout=1500, env=sdk_environment(tmp_path),
+                            cwd=str(tmp_path))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    line = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):]), out
+
+
+def model_members(model_data):
+    path = model_data[len("file://"):] if model_data.startswith("file://") else model_data
+    with tarfile.open(path) as tar:
+        return set(tar.getnames())
+
+
+def check_metrics(out):
+    for definition in METRIC_DEFINITIONS:
+        assert re.search(definition["Regex"], out), definition["Name"]
+
+
+def test_local_mode_one_host_two_processes(image, tmp_path):
+    result, out = run_local_mode(tmp_path, image, 1, {"epochs": "1", "batch_size": "2",
+                                                      "processes_per_host": "2"})
+    for rank in (0, 1):
+        assert re.search(r"world: rank=%d size=2" % rank, out), out[-3000:]
+    members = model_members(result["model_data"])
+    assert {"model.params", "model-symbol.json", "model-0000.params", "classes.json",
+            "config.json"} <= {m.lstrip("./") for m in members}
+    check_metrics(out)
+
+
+def test_local_mode_two_hosts_horovod_over_mpi(image, tmp_path):
+    result, out = run_local_mode(tmp_path, image, 2, {"epochs": "1", "batch_size": "2"})
+    hosts = set()
+    for rank in (0, 1):
+        found = re.search(r"world: rank=%d size=2 local_rank=0 local_size=1 host=(\S+)" % rank, out)
+        assert found, out[-4000:]
+        hosts.add(found.group(1))
+    assert len(hosts) == 2  # one rank on each container
+    members = {m.lstrip("./") for m in model_members(result["model_data"])}
+    assert {"model.params", "model-symbol.json", "classes.json", "config.json"} <= members
+    check_metrics(out)
