@@ -167,3 +167,17 @@ def test_a_failing_rank_ends_the_two_rank_job_quickly_with_its_reason(job_dir):
     assert first + ".jpg" in failure, failure
     # The log has the tagged traceback of the failing rank.
     assert re.search(r"\[1,\d\]<stdout>:.*job failed", result.stdout)
+
+
+def test_pretrained_channel_feeds_the_backbone_offline(job_dir):
+    from test_model import make_backbone_file
+
+    base = make_job(job_dir, {"epochs": "1", "batch_size": "1", "pretrained_base": "true"},
+                    n_train=2, n_test=1)
+    channel = os.path.join(base, "input", "data", "pretrained")
+    os.makedirs(channel)
+    path, _ = make_backbone_file(channel)
+    result = subprocess.run([os.path.join(BIN, "train")], capture_output=True, text=True, timeout=600,
+                            env=train_env(base, MXNET_GLUON_REPO="http://127.0.0.1:9/"))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "pretrained weights for resnet18_v1b: %s" % path in result.stdout

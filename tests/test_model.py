@@ -28,6 +28,13 @@ def test_local_weight_file_lookup(tmp_path):
     (tmp_path / "resnet18_v1b.params").write_bytes(b"x")
     assert local_weight_file(str(tmp_path), "resnet18_v1b").endswith("resnet18_v1b.params")
     assert local_weight_file(None, "resnet18_v1b") is None
+    # A list: the first directory that has the file wins (channel before baked-in weights).
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "resnet50_v1b-0ecdba34.params").write_bytes(b"x")
+    assert local_weight_file([str(tmp_path / "missing"), str(tmp_path), str(other)],
+                             "resnet50_v1b").startswith(str(other))
+    assert local_weight_file([str(tmp_path), str(other)], "resnet18_v1b").startswith(str(tmp_path))
 
 
 def test_backbone_is_read_from_the_local_directory(tmp_path):

@@ -117,7 +117,7 @@ def run_job(config, env, dist):
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
     net = build_network(config, datasets.classes, per_rank_batch, config.pretrained_base,
-                        env.channel_dir("pretrained"), ctx)
+                        env.pretrained_dirs, ctx)
     model_dir = env.paths.model_dir
     manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
     steps = steps_per_epoch(len(datasets.train), world.size, per_rank_batch)

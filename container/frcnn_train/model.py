@@ -16,15 +16,21 @@ from .errors import PretrainedWeightsError
 LOG = logging.getLogger(__name__)
 
 
-def local_weight_file(directory, name):
-    """``<directory>/<name>-<hash>.params`` or ``<directory>/<name>.params``, else None."""
-    if not directory or not os.path.isdir(directory):
-        return None
-    matches = sorted(glob.glob(os.path.join(glob.escape(directory), name + "-*.params")))
-    plain = os.path.join(directory, name + ".params")
-    if os.path.isfile(plain):
-        matches.insert(0, plain)
-    return matches[0] if matches else None
+def local_weight_file(directories, name):
+    """The first ``<dir>/<name>.params`` or ``<dir>/<name>-<hash>.params`` in ``directories``
+    (one path or a list), else None."""
+    if isinstance(directories, str) or directories is None:
+        directories = [directories]
+    for directory in directories:
+        if not directory or not os.path.isdir(directory):
+            continue
+        matches = sorted(glob.glob(os.path.join(glob.escape(directory), name + "-*.params")))
+        plain = os.path.join(directory, name + ".params")
+        if os.path.isfile(plain):
+            matches.insert(0, plain)
+        if matches:
+            return matches[0]
+    return None
 
 
 @contextlib.contextmanager
@@ -38,7 +44,8 @@ def offline_first_weights(directory, allow_download=True):
         if local:
             LOG.info("pretrained weights for %s: %s", name, local)
             return local
-        where = directory or "(no pretrained directory given)"
+        where = " or ".join(directory) if isinstance(directory, (list, tuple)) and directory \
+            else (directory or "(no pretrained directory given)")
         if not allow_download:
             raise PretrainedWeightsError(
                 "backbone weights '%s' not found in %s (looked for %s-*.params)." % (name, where, name),

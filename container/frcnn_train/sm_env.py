@@ -79,6 +79,7 @@ class Environment:
     input_data_config: dict = field(default_factory=dict)
     resource_config: dict = field(default_factory=dict)
     checkpoint_config: dict = field(default_factory=dict)
+    baked_pretrained_dir: str = ""  # weights baked into the image ($FRCNN_PRETRAINED_DIR)
 
     @classmethod
     def read(cls, base):
@@ -93,7 +94,13 @@ class Environment:
             input_data_config=_read_json(os.path.join(paths.config_dir, "inputdataconfig.json"), {}),
             resource_config=_read_json(os.path.join(paths.config_dir, "resourceconfig.json"), {}),
             checkpoint_config=_read_json(os.path.join(paths.config_dir, "checkpointconfig.json"), {}),
+            baked_pretrained_dir=os.environ.get("FRCNN_PRETRAINED_DIR", ""),
         )
+
+    @property
+    def pretrained_dirs(self):
+        """Where backbone weights are looked for first: the 'pretrained' channel, then the image."""
+        return [d for d in (self.channel_dir("pretrained"), self.baked_pretrained_dir) if d]
 
     def channel_dir(self, name):
         path = self.paths.channel(name)
