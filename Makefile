@@ -53,9 +53,12 @@ SDK_STAMP := $(SDK_VENV)/.installed
 # The notebook side (SageMaker SDK v2 for local mode and the launcher) needs numpy>=1.26, which
 # mxnet 1.9.1 cannot use: it gets its own environment and pins.
 sdk-venv: $(SDK_STAMP)
-$(SDK_STAMP): constraints-sdk.txt Makefile
+$(SDK_STAMP): constraints-sdk.txt Makefile sagemaker_launch/pyproject.toml
 	test -x $(SDK_VENV)/bin/python || $(PYTHON) -m venv $(SDK_VENV)
-	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt "sagemaker>=2.257,<3"
+	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt "sagemaker>=2.257,<3" pytest nbclient nbformat ipykernel
+	# The container's pure-Python schema (config, metrics) without its training stack.
+	$(SDK_VENV)/bin/pip install -q --no-deps -e container
+	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt -e sagemaker_launch
 	touch $@
 
 # Everything: unit, functional, and container tests (the engine is started and the CPU image built
@@ -64,6 +67,7 @@ test: $(STAMP) $(SDK_STAMP)
 	if bash docker/ensure-engine.sh; then $(MAKE) image; \
 	else echo "WARNING: no Docker engine could be started: container tests will be skipped"; fi
 	$(PY) -m pytest -q tests
+	SAGEMAKER_SUPPRESS_V2_WARNING=1 $(SDK_VENV)/bin/python -m pytest -q sagemaker_launch/tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine_overhead.py

@@ -71,7 +71,7 @@ def test_unknown_key_names_the_closest_valid_key():
         build(learning_rate="0.1", epoch="3")
     text = str(err.value)
     assert "unknown hyperparameter 'epoch'" in text and "did you mean 'epochs'" in text
-    assert "'learning_rate'" in text
+    assert "unknown hyperparameter 'learning_rate' (did you mean 'lr'?)" in text
 
 
 @pytest.mark.parametrize("key, value, expected", [

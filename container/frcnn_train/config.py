@@ -346,8 +346,19 @@ class TrainConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
+# Names people commonly use for our keys (other trainers' flags).
+ALIASES = {"learning_rate": "lr", "learning-rate": "lr", "weight_decay": "wd", "num_epochs": "epochs",
+           "base_lr": "lr", "batch": "batch_size", "image_size": "short", "model": "network",
+           "workers": "num_workers", "gpus_per_host": "processes_per_host"}
+
+
 def closest_key(key):
-    match = difflib.get_close_matches(key, list(FIELDS) + list(LAUNCH_KEYS), n=1, cutoff=0.5)
+    normalised = key.strip().lower().replace("-", "_")
+    if normalised in ALIASES:
+        return ALIASES[normalised]
+    if normalised in FIELDS or normalised in LAUNCH_KEYS:
+        return normalised
+    match = difflib.get_close_matches(normalised, list(FIELDS) + list(LAUNCH_KEYS), n=1, cutoff=0.5)
     return match[0] if match else None
 
 

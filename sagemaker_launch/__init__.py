@@ -1,0 +1,13 @@
+"""Build and start Faster R-CNN training jobs for the frcnn-training image (SageMaker SDK v2).
+
+    from sagemaker_launch import build_estimator, launch
+    est = launch(image_uri=..., role=..., instance_type="ml.p3.16xlarge", instance_count=2,
+                 hyperparameters={"epochs": 20}, inputs={"voc": "s3://bucket/voc/"})
+"""
+
+from .job import (JobSpec, LaunchError, build_estimator, hyperparameters_for, launch, processes_per_host)
+from .results import download_model, summary
+from .tuning import build_tuner
+
+__all__ = ["JobSpec", "LaunchError", "build_estimator", "hyperparameters_for", "launch",
+           "processes_per_host", "build_tuner", "download_model", "summary"]

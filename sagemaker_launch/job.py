@@ -1,0 +1,141 @@
+"""One call that builds the right training job for an instance type.
+
+Hyperparameters are validated with the container's own schema (frcnn_train.config) before
+anything is sent; metric definitions come from the container's single source
+(frcnn_train.metrics); processes per host follow the instance type's GPU count.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from frcnn_train.config import from_hyperparameters
+from frcnn_train.errors import ConfigError
+from frcnn_train.metrics import METRIC_DEFINITIONS
+
+# GPUs per instance for the families the stock mxnet-cu112 build can run (sm_50..sm_86).
+_GPUS = {
+    "ml.p3.2xlarge": 1, "ml.p3.8xlarge": 4, "ml.p3.16xlarge": 8, "ml.p3dn.24xlarge": 8,
+    "ml.p4d.24xlarge": 8, "ml.p4de.24xlarge": 8,
+    "ml.g4dn.xlarge": 1, "ml.g4dn.2xlarge": 1, "ml.g4dn.4xlarge": 1, "ml.g4dn.8xlarge": 1,
+    "ml.g4dn.16xlarge": 1, "ml.g4dn.12xlarge": 4, "ml.g4dn.metal": 8,
+    "ml.g5.xlarge": 1, "ml.g5.2xlarge": 1, "ml.g5.4xlarge": 1, "ml.g5.8xlarge": 1,
+    "ml.g5.16xlarge": 1, "ml.g5.12xlarge": 4, "ml.g5.24xlarge": 4, "ml.g5.48xlarge": 8,
+    "ml.g6.xlarge": 1, "ml.g6.2xlarge": 1, "ml.g6.4xlarge": 1, "ml.g6.8xlarge": 1,
+    "ml.g6.16xlarge": 1, "ml.g6.12xlarge": 4, "ml.g6.24xlarge": 4, "ml.g6.48xlarge": 8,
+}
+_UNSUPPORTED = re.compile(r"^ml\.(p5|p5e|p5en|p6)")
+LOCAL_TYPES = ("local", "local_gpu")
+
+
+class LaunchError(ValueError):
+    """A job that cannot work as asked; says what and how to fix it."""
+
+
+def processes_per_host(instance_type, local_gpus=1):
+    """One rank per GPU; CPU instances and CPU local mode run one process."""
+    if instance_type == "local":
+        return 1
+    if instance_type == "local_gpu":
+        return local_gpus
+    if _UNSUPPORTED.match(instance_type):
+        raise LaunchError("%s has H100/H200-class GPUs (sm_90), which the image's mxnet-cu112 build "
+                          "cannot run; use ml.p3, ml.g4dn, ml.p4d, ml.g5 or ml.g6." % instance_type)
+    if instance_type in _GPUS:
+        return _GPUS[instance_type]
+    if instance_type.startswith(("ml.p", "ml.g")):
+        raise LaunchError("unknown GPU instance type %s: pass processes_per_host explicitly." % instance_type)
+    return 1
+
+
+@dataclass
+class JobSpec:
+    image_uri: str
+    role: str
+    instance_type: str
+    instance_count: int = 1
+    hyperparameters: Dict[str, object] = field(default_factory=dict)
+    volume_size: int = 100
+    max_run: int = 5 * 24 * 3600
+    output_path: Optional[str] = None
+    checkpoint_s3_uri: Optional[str] = None
+    use_spot_instances: bool = False
+    max_wait: Optional[int] = None
+    tags: List[Dict[str, str]] = field(default_factory=list)
+    base_job_name: str = "frcnn"
+    processes_per_host: Optional[int] = None
+    shm_size: str = "2g"  # local mode: Docker's 64 MB default breaks data loading and NCCL
+    environment: Dict[str, str] = field(default_factory=dict)
+
+
+def hyperparameters_for(spec):
+    """The hyperparameters to send, validated by the container's schema, with processes_per_host
+    (the container's MPI setting) made explicit. Raises LaunchError naming what is wrong."""
+    pph = spec.processes_per_host or processes_per_host(spec.instance_type)
+    values = {k: _as_text(v) for k, v in spec.hyperparameters.items()}
+    values["processes_per_host"] = str(pph)
+    try:
+        config = from_hyperparameters(values)
+        config.per_rank_batch(spec.instance_count * pph)
+    except ConfigError as exc:
+        raise LaunchError(str(exc)) from exc
+    return values
+
+
+def _as_text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _check(spec):
+    if spec.instance_count < 1:
+        raise LaunchError("instance_count must be >= 1.")
+    local = spec.instance_type in LOCAL_TYPES
+    if spec.use_spot_instances:
+        if local:
+            raise LaunchError("spot instances do not exist in local mode; drop use_spot_instances.")
+        if not spec.checkpoint_s3_uri:
+            raise LaunchError("spot training needs checkpoint_s3_uri, or an interruption loses the work.")
+        if not spec.max_wait or spec.max_wait < spec.max_run:
+            raise LaunchError("max_wait (%s) must be set and >= max_run (%d) for spot training."
+                              % (spec.max_wait, spec.max_run))
+    if local and spec.checkpoint_s3_uri:
+        raise LaunchError("local mode does not sync checkpoints to S3; drop checkpoint_s3_uri.")
+
+
+def build_estimator(spec, session=None):
+    """A SageMaker SDK v2 Estimator for the frcnn-training image."""
+    from sagemaker.estimator import Estimator
+
+    _check(spec)
+    hyperparameters = hyperparameters_for(spec)
+    if session is None and spec.instance_type in LOCAL_TYPES:
+        from sagemaker.local import LocalSession
+
+        session = LocalSession()
+        session.config = {"local": {"local_code": True,
+                                    "container_config": {"shm_size": spec.shm_size}}}
+    kwargs = dict(
+        image_uri=spec.image_uri, role=spec.role, instance_count=spec.instance_count,
+        instance_type=spec.instance_type, volume_size=spec.volume_size, max_run=spec.max_run,
+        output_path=spec.output_path, hyperparameters=hyperparameters,
+        metric_definitions=[dict(d) for d in METRIC_DEFINITIONS], base_job_name=spec.base_job_name,
+        tags=spec.tags or None, sagemaker_session=session, environment=spec.environment or None,
+    )
+    if spec.instance_type not in LOCAL_TYPES:
+        kwargs.update(use_spot_instances=spec.use_spot_instances, max_wait=spec.max_wait,
+                      checkpoint_s3_uri=spec.checkpoint_s3_uri)
+    return Estimator(**kwargs)
+
+
+def launch(spec, inputs, wait=True, logs=True, session=None):
+    """Build the estimator and start the job. ``inputs``: channel name -> S3 or file:// URI
+    (``voc``, optional ``pretrained`` and ``model``). Returns the estimator."""
+    if not inputs:
+        raise LaunchError("no input channels: pass at least {'voc': 's3://.../'} (or file:// in local mode).")
+    estimator = build_estimator(spec, session)
+    estimator.fit(inputs, wait=wait, logs="All" if (logs and wait) else "None")
+    return estimator

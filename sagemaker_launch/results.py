@@ -1,0 +1,39 @@
+"""Fetch what a job produced (model.tar.gz) and open it for a look."""
+
+import os
+import tarfile
+from urllib.parse import urlparse
+
+
+def download_model(model_data, directory):
+    """Unpack ``model_data`` (file:// or s3:// URI of model.tar.gz) into ``directory``; return it."""
+    os.makedirs(directory, exist_ok=True)
+    parsed = urlparse(model_data)
+    if parsed.scheme == "s3":
+        import boto3
+
+        local = os.path.join(directory, "model.tar.gz")
+        boto3.client("s3").download_file(parsed.netloc, parsed.path.lstrip("/"), local)
+    elif parsed.scheme in ("file", ""):
+        local = parsed.path
+    else:
+        raise ValueError("unsupported model location %s" % model_data)
+    with tarfile.open(local) as tar:
+        tar.extractall(directory, filter="data")  # refuses absolute paths, .. and outside links
+    return directory
+
+
+def summary(directory):
+    """Paths of the files people look at, and the headline figure."""
+    import json
+
+    validation = {}
+    path = os.path.join(directory, "validation.json")
+    if os.path.exists(path):
+        with open(path) as handle:
+            validation = json.load(handle)
+    return {
+        "curves": os.path.join(directory, "training_curves.png"),
+        "per_class_table": os.path.join(directory, "per_class_ap.md"),
+        "mAP": validation.get("mAP"),
+    }

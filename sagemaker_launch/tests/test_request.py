@@ -1,0 +1,104 @@
+"""The CreateTrainingJob request the SDK would send for real AWS, captured with botocore's Stubber."""
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from frcnn_train.metrics import METRIC_DEFINITIONS
+from sagemaker_launch import JobSpec, LaunchError, build_tuner, launch, processes_per_host
+
+ROLE = "arn:aws:iam::111111111111:role/SageMakerRole"
+IMAGE = "111111111111.dkr.ecr.us-east-1.amazonaws.com/frcnn-training:abc123"
+
+
+def stubbed_session():
+    import sagemaker
+
+    boto_session = boto3.Session(region_name="us-east-1")
+    client = boto_session.client("sagemaker")
+    captured = {}
+
+    def capture(params, **_):
+        captured.update(params)
+
+    client.meta.events.register("provide-client-params.sagemaker.CreateTrainingJob", capture)
+    stubber = Stubber(client)
+    stubber.add_response("create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:111111111111:training-job/x"})
+    stubber.activate()
+    session = sagemaker.Session(boto_session=boto_session, sagemaker_client=client,
+                                default_bucket="frcnn-test-bucket")
+    return session, captured, stubber
+
+
+def test_create_training_job_request_for_two_gpu_hosts_on_spot():
+    session, captured, stubber = stubbed_session()
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.p3.16xlarge", instance_count=2,
+                   hyperparameters={"epochs": 20, "batch_size": 16, "mixup": False, "lr_decay_epoch": [14, 20]},
+                   volume_size=200, max_run=36000, output_path="s3://frcnn-test-bucket/out/",
+                   checkpoint_s3_uri="s3://frcnn-test-bucket/ckpt/", use_spot_instances=True,
+                   max_wait=72000, tags=[{"Key": "team", "Value": "vision"}])
+    launch(spec, {"voc": "s3://frcnn-test-bucket/voc/", "pretrained": "s3://frcnn-test-bucket/weights/"},
+           wait=False, session=session)
+    stubber.assert_no_pending_responses()
+    req = captured
+    assert req["AlgorithmSpecification"]["TrainingImage"] == IMAGE
+    assert req["ResourceConfig"] == {"InstanceType": "ml.p3.16xlarge", "InstanceCount": 2, "VolumeSizeInGB": 200}
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in req["InputDataConfig"]}
+    assert channels == {"voc": "s3://frcnn-test-bucket/voc/", "pretrained": "s3://frcnn-test-bucket/weights/"}
+    hps = req["HyperParameters"]
+    assert hps["processes_per_host"] == "8"  # the container's MPI setting: one rank per GPU
+    assert hps["epochs"] == "20" and hps["batch_size"] == "16" and hps["mixup"] == "false"
+    assert hps["lr_decay_epoch"] == "14,20"
+    assert req["CheckpointConfig"]["S3Uri"] == "s3://frcnn-test-bucket/ckpt/"
+    assert req["EnableManagedSpotTraining"] is True
+    assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 36000, "MaxWaitTimeInSeconds": 72000}
+    sent = {d["Name"]: d["Regex"] for d in req["AlgorithmSpecification"]["MetricDefinitions"]}
+    assert sent == {d["Name"]: d["Regex"] for d in METRIC_DEFINITIONS}
+    assert {"Key": "team", "Value": "vision"} in req["Tags"]
+    assert req["OutputDataConfig"]["S3OutputPath"] == "s3://frcnn-test-bucket/out/"
+    assert req["RoleArn"] == ROLE
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(hyperparameters={"epochs": "ten"}), "epochs=ten"),
+    (dict(hyperparameters={"learning_rate": 0.1}), "did you mean"),
+    (dict(hyperparameters={"batch_size": 12}), "set batch_size to 8 or 16"),
+    (dict(use_spot_instances=True), "checkpoint_s3_uri"),
+    (dict(use_spot_instances=True, checkpoint_s3_uri="s3://b/c", max_wait=10), "max_wait"),
+    (dict(instance_type="ml.p5.48xlarge"), "sm_90"),
+])
+def test_invalid_jobs_are_refused_before_anything_is_sent(changes, words):
+    session, captured, _ = stubbed_session()
+    base = dict(image_uri=IMAGE, role=ROLE, instance_type="ml.p3.8xlarge", instance_count=2)
+    base.update(changes)
+    with pytest.raises(LaunchError) as err:
+        launch(JobSpec(**base), {"voc": "s3://b/voc/"}, wait=False, session=session)
+    assert words in str(err.value)
+    assert captured == {}  # nothing reached the API
+
+
+def test_processes_per_host_follow_the_gpu_count():
+    assert processes_per_host("ml.p3.2xlarge") == 1
+    assert processes_per_host("ml.g5.48xlarge") == 8
+    assert processes_per_host("ml.c5.4xlarge") == 1
+    assert processes_per_host("local") == 1
+
+
+def test_tuner_targets_validation_map():
+    session, _, _ = stubbed_session()
+    from sagemaker_launch import build_estimator
+
+    est = build_estimator(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge"), session)
+    tuner = build_tuner(est, max_jobs=4, max_parallel_jobs=2)
+    assert tuner.objective_metric_name == "validation:mAP" and tuner.objective_type == "Maximize"
+    assert set(tuner._hyperparameter_ranges) == {"lr", "wd", "momentum"}
+    assert any(d["Name"] == "validation:mAP" for d in tuner.metric_definitions)
+
+
+def test_cli_refuses_bad_input_with_exit_code_2(capsys):
+    from sagemaker_launch.cli import main
+
+    code = main(["--image", IMAGE, "--role", ROLE, "--instance-type", "ml.p3.2xlarge",
+                 "--input", "voc=s3://b/voc/", "--hp", "epochs=zero"])
+    assert code == 2
+    assert "epochs=zero" in capsys.readouterr().err
