@@ -17,6 +17,9 @@ WHEELHOUSE ?= $(HOME)/.cache/frcnn-wheels/horovod-0.28.1-mxnet-1.9.1-py311-gloo-
 SYSTEM_PACKAGES := openmpi-bin libopenmpi-dev openssh-client
 
 IMAGE ?= frcnn-training:cpu
+# PRETRAINED=/path/to/resnet50_v1b-0ecdba34.params bakes backbone weights into the image
+# (under /opt/frcnn/pretrained, outside /opt/ml); without it they come through the 'pretrained' channel.
+PRETRAINED ?=
 GPU_IMAGE ?= frcnn-training:gpu
 BASE_IMAGE ?= frcnn-base:bookworm
 
@@ -82,6 +85,7 @@ image: engine
 	if [ "$(BASE_IMAGE)" = "frcnn-base:bookworm" ]; then bash docker/make-base-image.sh $(BASE_IMAGE); fi
 	rm -f docker/wheels/*.whl
 	if ls $(WHEELHOUSE)/horovod-*.whl >/dev/null 2>&1; then cp $(WHEELHOUSE)/horovod-*.whl docker/wheels/; fi
+	if [ -n "$(PRETRAINED)" ]; then cp "$(PRETRAINED)" docker/pretrained/; fi
 	docker build -t $(IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE) \
 	  --build-arg MXNET_PACKAGE=mxnet==1.9.1 --build-arg HOROVOD_GPU_OPERATIONS= .
 
@@ -92,6 +96,7 @@ smoke: engine
 
 # The GPU image (needs a machine that can pull nvidia/cuda:11.2.2-cudnn8-devel-ubuntu20.04).
 image-gpu: engine
+	if [ -n "$(PRETRAINED)" ]; then cp "$(PRETRAINED)" docker/pretrained/; fi
 	docker build -t $(GPU_IMAGE) .
 
 clean:

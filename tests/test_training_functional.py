@@ -25,7 +25,8 @@ def test_one_rank_trains_validates_and_writes_the_model(job_dir):
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
     model = os.path.join(base, "model")
     for name in ("model.params", "model-best.params", "model-symbol.json", "model-0000.params",
-                 "classes.json", "config.json", "validation.json", "history.json"):
+                 "classes.json", "config.json", "validation.json", "history.json",
+                 "training_curves.png", "per_class_ap.md", "per_class_ap.csv"):
         assert os.path.isfile(os.path.join(model, name)), name
     classes = read_json(model, "classes.json")
     assert classes and set(classes) <= {"circle", "square", "triangle"}
@@ -34,6 +35,7 @@ def test_one_rank_trains_validates_and_writes_the_model(job_dir):
     assert 0.0 <= validation["mAP"] <= 1.0 and validation["images"] == 4
     config = read_json(model, "config.json")
     assert config["per_rank_batch"] == 2 and config["world_size"] == 1
+    assert config["short"] == [128] and config["max_size"] == 176
     assert config["effective_lr"] == 0.02 * 2 / 4
     history = read_json(model, "history.json")
     assert [h["epoch"] for h in history] == [0, 1]

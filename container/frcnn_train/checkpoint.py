@@ -49,6 +49,7 @@ def atomic_write_text(path, text):
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; model files are read by other users/tools
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

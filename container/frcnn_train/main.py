@@ -90,7 +90,8 @@ def run_job(config, env, dist):
     import mxnet as mx
 
     from .checkpoint import CheckpointManager
-    from .datasets import build_datasets, build_train_loader, build_val_loader, steps_per_epoch
+    from .datasets import (build_datasets, build_train_loader, build_val_loader, image_sizes,
+                           steps_per_epoch)
     from .engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, LearningRateHook,
                          MetricLogHook, StopHook, ValidationHook, dump_json)
     from .guards import adapt_workers, check_gpu_runs
@@ -118,6 +119,8 @@ def run_job(config, env, dist):
                  len(datasets.val), ",".join(datasets.classes))
     net = build_network(config, datasets.classes, per_rank_batch, config.pretrained_base,
                         env.pretrained_dirs, ctx)
+    train_shorts, _, image_max = image_sizes(config, net)
+    effective.update(short=list(train_shorts), max_size=image_max)  # the network's when not set
     model_dir = env.paths.model_dir
     manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
     steps = steps_per_epoch(len(datasets.train), world.size, per_rank_batch)
@@ -187,6 +190,12 @@ def run_job(config, env, dist):
             dump_json(os.path.join(model_dir, "validation.json"), engine.last_validation)
         export_symbol(config, datasets.classes, os.path.join(model_dir, "model.params"),
                       os.path.join(model_dir, "model"), config_mod_short(config, net))
+        from .report import write_report
+
+        try:
+            write_report(model_dir, engine.history, engine.last_validation, list(datasets.classes))
+        except Exception as exc:  # the report is a convenience: it must never fail a trained job
+            LOG.warning("report: not written (%s: %s)", type(exc).__name__, exc)
         LOG.info("model: written to %s", model_dir)
 
     checkpoints = CheckpointHook(manager, effective)

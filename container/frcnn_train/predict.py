@@ -1,0 +1,336 @@
+"""Run a trained model on one image and draw what it finds.
+
+The model is what a job leaves in its model directory (or SageMaker's ``model.tar.gz`` of it):
+the exported pair ``model-symbol.json`` + ``model-0000.params``, ``classes.json`` and
+``config.json``. Images go through GluonCV's own test preset (short side = the last training
+scale, longer side capped at ``max_size``), and boxes come back in the pixel coordinates of the
+original image (its stored pixel grid: like MXNet's decoder, EXIF orientation is not applied).
+
+    frcnn-predict MODEL IMAGE --output OUT.png [--threshold 0.5] [--json OUT.json]
+"""
+
+import argparse
+import json
+import os
+import posixpath
+import shutil
+import sys
+import tarfile
+import tempfile
+import warnings
+import zlib
+
+SYMBOL_FILE = "model-symbol.json"
+PARAMS_FILE = "model-0000.params"
+CLASSES_FILE = "classes.json"
+CONFIG_FILE = "config.json"
+REQUIRED_FILES = (SYMBOL_FILE, PARAMS_FILE, CLASSES_FILE, CONFIG_FILE)
+
+# Distinct, saturated colours; a class keeps its colour across images and runs.
+PALETTE = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+           (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128),
+           (170, 110, 40), (128, 0, 0), (0, 0, 128), (128, 128, 0), (255, 225, 25))
+
+
+class PredictError(Exception):
+    """A model or an image that cannot be used; the message is meant for the user as is."""
+
+
+class Model:
+    """A loaded detector: the symbol block, its classes and its test-time image sizes."""
+
+    def __init__(self, net, classes, short, max_size, source, ctx=None):
+        self.net = net
+        self.ctx = ctx
+        self.classes = list(classes)
+        self.short = int(short)
+        self.max_size = int(max_size)
+        self.source = source
+
+    def __repr__(self):
+        return "Model(%r, classes=%r, short=%d, max_size=%d)" % (self.source, self.classes,
+                                                                 self.short, self.max_size)
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+def load_model(path, ctx=None):
+    """Load a model directory or a ``model.tar.gz`` (extracted safely into a temporary directory,
+    removed again once the model is in memory). Raises PredictError when it is not a model."""
+    if not os.path.exists(path):
+        raise PredictError("model not found: %s" % path)
+    if os.path.isdir(path):
+        return _load_directory(path, path, ctx)
+    if not os.path.isfile(path) or not tarfile.is_tarfile(path):
+        raise PredictError("not a model: %s is neither a model directory nor a model.tar.gz" % path)
+    tmp = tempfile.mkdtemp(prefix="frcnn-predict-")
+    try:
+        safe_extract(path, tmp)
+        return _load_directory(_find_model_dir(tmp, path), path, ctx)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def safe_extract(archive, destination):
+    """Extract the model files of a tar archive into ``destination``, refusing the whole archive
+    when any member has an absolute path, a ``..`` component, or is a link or a special file."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()
+            for member in members:
+                name = member.name
+                parts = name.replace("\\", "/").split("/")
+                if name.startswith(("/", "\\")) or os.path.isabs(name) or (len(name) > 1 and name[1] == ":"):
+                    raise PredictError("unsafe model archive %s: member %r has an absolute path"
+                                       % (archive, name))
+                if ".." in parts:
+                    raise PredictError("unsafe model archive %s: member %r leaves the archive "
+                                       "directory (..)" % (archive, name))
+                if member.issym() or member.islnk():
+                    raise PredictError("unsafe model archive %s: member %r is a link"
+                                       % (archive, name))
+                if not (member.isfile() or member.isdir()):
+                    raise PredictError("unsafe model archive %s: member %r is not a regular file"
+                                       % (archive, name))
+            # Only what inference reads: a job's archive also holds model.params and
+            # model-best.params, twice the size of the export.
+            wanted = [m for m in members if m.isfile() and posixpath.basename(m.name) in REQUIRED_FILES]
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 (and 3.8.17/3.9.17/3.10.12)
+                tar.extractall(destination, members=wanted, filter="data")
+            else:  # the checks above already refuse what the "data" filter would
+                tar.extractall(destination, members=wanted)
+    except PredictError:
+        raise
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise PredictError("cannot read model archive %s: %s" % (archive, _one_line(exc))) from exc
+
+
+def _find_model_dir(root, archive):
+    """The shallowest directory under ``root`` holding the exported symbol."""
+    found = []
+    for directory, _dirs, files in os.walk(root):
+        if SYMBOL_FILE in files:
+            found.append(directory)
+    if not found:
+        raise PredictError("not a model: %s holds no %s" % (archive, SYMBOL_FILE))
+    return min(found, key=lambda d: (os.path.relpath(d, root).count(os.sep), d))
+
+
+def _read_json(path, source):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise PredictError("invalid model %s: cannot read %s (%s)"
+                           % (source, os.path.basename(path), _one_line(exc))) from exc
+
+
+def _test_sizes(config, source):
+    """Short side and longer-side cap the model is run at: the last training scale, else the
+    network's GluonCV default (600/1000 for VOC-style networks, 800/1333 for COCO ones)."""
+    short, max_size = config.get("short"), config.get("max_size")
+    if isinstance(short, (list, tuple)):
+        short = short[-1] if short else None
+    coco = "coco" in str(config.get("network", "")) or config.get("dataset") == "coco"
+    if short is None:
+        short = 800 if coco else 600
+    if max_size is None:
+        max_size = 1333 if coco else 1000
+    try:
+        short, max_size = int(short), int(max_size)
+    except (TypeError, ValueError) as exc:
+        raise PredictError("invalid model %s: config.json short=%r max_size=%r"
+                           % (source, short, max_size)) from exc
+    if short <= 0 or max_size <= 0:
+        raise PredictError("invalid model %s: config.json short=%r max_size=%r"
+                           % (source, short, max_size))
+    return short, max_size
+
+
+def _load_directory(directory, source, ctx):
+    missing = [name for name in REQUIRED_FILES if not os.path.isfile(os.path.join(directory, name))]
+    if missing:
+        raise PredictError("not a model: %s lacks %s" % (source, ", ".join(missing)))
+    classes = _read_json(os.path.join(directory, CLASSES_FILE), source)
+    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+        raise PredictError("invalid model %s: classes.json is not a list of class names" % source)
+    config = _read_json(os.path.join(directory, CONFIG_FILE), source)
+    if not isinstance(config, dict):
+        raise PredictError("invalid model %s: config.json is not an object" % source)
+    short, max_size = _test_sizes(config, source)
+
+    import mxnet as mx
+
+    ctx = ctx or mx.cpu()
+    try:
+        with warnings.catch_warnings():  # "Cannot decide type for ... data": harmless, float32
+            warnings.simplefilter("ignore", UserWarning)
+            net = mx.gluon.SymbolBlock.imports(os.path.join(directory, SYMBOL_FILE), ["data"],
+                                               os.path.join(directory, PARAMS_FILE), ctx=ctx)
+    except Exception as exc:  # MXNetError, AssertionError, ValueError: all mean a broken export
+        raise PredictError("invalid model %s: cannot load the exported network (%s)"
+                           % (source, _one_line(exc))) from exc
+    return Model(net, classes, short, max_size, source, ctx)
+
+
+# --- inference -------------------------------------------------------------------------------
+
+def _image_size(image_path):
+    """(width, height) of the stored pixel grid; PredictError when it is not a readable image."""
+    from PIL import Image
+
+    if not os.path.isfile(image_path):
+        raise PredictError("image not found: %s" % image_path)
+    try:
+        with Image.open(image_path) as img:
+            return img.size
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise PredictError("cannot read image %s: %s" % (image_path, _one_line(exc))) from exc
+
+
+def detect(model, image_path, threshold=0.5):
+    """Detections with score >= ``threshold``, best first: ``[{"class", "score", "box"}]`` with
+    ``box`` = [x0, y0, x1, y1] in original-image pixels, clipped to the image."""
+    from gluoncv.data.transforms.presets.rcnn import load_test
+
+    width, height = _image_size(image_path)
+    try:
+        data, resized = load_test(image_path, short=model.short, max_size=model.max_size)
+    except Exception as exc:  # MXNetError: a file Pillow reads but OpenCV cannot decode
+        raise PredictError("cannot read image %s: %s" % (image_path, _one_line(exc))) from exc
+    if model.ctx is not None:
+        data = data.as_in_context(model.ctx)
+    ids, scores, boxes = model.net(data)
+    ids, scores, boxes = ids[0].asnumpy(), scores[0].asnumpy(), boxes[0].asnumpy()
+    scale_x = width / float(resized.shape[1])
+    scale_y = height / float(resized.shape[0])
+    detections = []
+    for cid, score, box in zip(ids[:, 0], scores[:, 0], boxes):
+        cid, score = int(cid), float(score)
+        if cid < 0 or score < 0 or score < threshold or cid >= len(model.classes):
+            continue  # -1: padding of the fixed-size output
+        x0, x1 = sorted((_clip(box[0] * scale_x, width - 1), _clip(box[2] * scale_x, width - 1)))
+        y0, y1 = sorted((_clip(box[1] * scale_y, height - 1), _clip(box[3] * scale_y, height - 1)))
+        detections.append({"class": model.classes[cid], "score": score, "box": [x0, y0, x1, y1]})
+    detections.sort(key=lambda d: -d["score"])
+    return detections
+
+
+def _clip(value, upper):
+    return float(min(max(float(value), 0.0), float(upper)))
+
+
+# --- drawing ---------------------------------------------------------------------------------
+
+def colour_for(name):
+    """The RGB colour a class is drawn in (stable across runs)."""
+    return PALETTE[zlib.crc32(str(name).encode("utf-8")) % len(PALETTE)]
+
+
+def line_width(width, height):
+    """Box outline width in pixels for an image of this size."""
+    return max(2, int(round(min(width, height) / 200.0)))
+
+
+def pixel_box(box):
+    """The integer pixel rectangle (inclusive) a box is drawn at."""
+    x0, y0, x1, y1 = (int(round(float(v))) for v in box)
+    return x0, y0, max(x0, x1), max(y0, y1)
+
+
+def draw(image_path, detections, out_png):
+    """Draw ``detections`` (as from ``detect``) on the original image and write a PNG. Boxes are
+    drawn lowest score first, labels ("class 0.87") after all boxes. Returns how many were drawn."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    _image_size(image_path)
+    try:
+        with Image.open(image_path) as original:
+            img = original.convert("RGB")
+    except (OSError, ValueError) as exc:
+        raise PredictError("cannot read image %s: %s" % (image_path, _one_line(exc))) from exc
+    canvas = ImageDraw.Draw(img)
+    lw = line_width(*img.size)
+    font = ImageFont.load_default()
+    ordered = sorted(detections, key=lambda d: d["score"])
+    for det in ordered:
+        canvas.rectangle(pixel_box(det["box"]), outline=colour_for(det["class"]), width=lw)
+    for det in ordered:
+        x0, y0, _x1, _y1 = pixel_box(det["box"])
+        text = "%s %.2f" % (det["class"], det["score"])
+        left, top, right, bottom = canvas.textbbox((0, 0), text, font=font)
+        tw, th = right - left + 4, bottom - top + 4
+        ty = y0 - th if y0 - th >= 0 else y0 + lw  # above the box, else just inside it
+        canvas.rectangle((x0, ty, x0 + tw - 1, ty + th - 1), fill=colour_for(det["class"]))
+        canvas.text((x0 + 2 - left, ty + 2 - top), text, fill=(255, 255, 255), font=font)
+    _save_atomic(out_png, lambda handle: img.save(handle, format="PNG"))
+    return len(ordered)
+
+
+def _save_atomic(path, write):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _one_line(exc):
+    """The first non-empty line of an exception's text (MXNet's run to many lines)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = next((line for line in lines if "Check failed" in line), lines[0] if lines else "")
+    return text or type(exc).__name__
+
+
+# --- command line ----------------------------------------------------------------------------
+
+def _threshold(value):
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a number in [0, 1], got %r" % value)
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError("expected a number in [0, 1], got %r" % value)
+    return number
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="frcnn-predict",
+        description="Detect objects in one image with a trained model and draw them.")
+    parser.add_argument("model", help="model directory of a job, or its model.tar.gz")
+    parser.add_argument("image", help="image file (JPEG, PNG, ...)")
+    parser.add_argument("--output", "-o", required=True, help="PNG to write, boxes drawn")
+    parser.add_argument("--threshold", type=_threshold, default=0.5,
+                        help="minimum score of a detection (default 0.5)")
+    parser.add_argument("--json", dest="json_path", default=None,
+                        help="also write the detections as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        _image_size(args.image)  # before the (slower) model load
+        model = load_model(args.model)
+        detections = detect(model, args.image, args.threshold)
+        drawn = draw(args.image, detections, args.output)
+        if args.json_path:
+            payload = json.dumps(detections, indent=1).encode("utf-8")
+            _save_atomic(args.json_path, lambda handle: handle.write(payload))
+    except PredictError as exc:
+        print("frcnn-predict: error: %s" % exc, file=sys.stderr)
+        return 1
+    except OSError as exc:  # e.g. the output directory cannot be written
+        print("frcnn-predict: error: %s" % _one_line(exc), file=sys.stderr)
+        return 1
+    print("drew %d detection(s) with score >= %g on %s -> %s"
+          % (drawn, args.threshold, args.image, args.output))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

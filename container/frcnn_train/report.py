@@ -1,0 +1,149 @@
+"""A human-readable report of a finished job, written next to the model.
+
+``write_report`` turns what the job already saved (``history.json``, ``validation.json``,
+``classes.json``) into three files in the model directory:
+
+* ``training_curves.png``: the four losses per epoch, and mAP per validated epoch;
+* ``per_class_ap.md``: a Markdown table of AP per class with a final mAP row;
+* ``per_class_ap.csv``: the same table as CSV.
+
+Inputs are plain Python values; every file is written to a temporary name in the model directory
+and renamed into place, so a reader never sees half a file.
+"""
+
+import csv
+import io
+import math
+import os
+import tempfile
+
+LOSS_KEYS = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss")
+CURVES_FILE = "training_curves.png"
+TABLE_MD_FILE = "per_class_ap.md"
+TABLE_CSV_FILE = "per_class_ap.csv"
+LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+MAP_COLOUR = "tab:purple"  # used by nothing else in the figure
+
+
+def write_report(model_dir, history, validation, classes):
+    """Write the curves PNG and the per-class AP table (Markdown and CSV) into ``model_dir``.
+
+    ``history``: list of per-epoch dicts (``epoch``, the four losses, ``mAP`` on validated
+    epochs); ``validation``: ``{"mAP", "per_class": {name: AP}, "images", "epoch"}`` or None;
+    ``classes``: the class names in training order. Returns the paths written.
+    """
+    os.makedirs(model_dir, exist_ok=True)
+    history = list(history or [])
+    classes = list(classes or [])
+    rows = _ap_rows(validation, classes)
+    paths = [os.path.join(model_dir, name) for name in (CURVES_FILE, TABLE_MD_FILE, TABLE_CSV_FILE)]
+    _atomic_write(paths[0], _curves_png(history))
+    _atomic_write(paths[1], _markdown(rows, validation).encode("utf-8"))
+    _atomic_write(paths[2], _csv(rows, validation).encode("utf-8"))
+    return paths
+
+
+def _number(value):
+    """A finite float, else None (missing, NaN, inf or not a number)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _ap_rows(validation, classes):
+    """[(class, AP or None)]: the training classes in order, then any other class validated."""
+    per_class = dict((validation or {}).get("per_class") or {})
+    names = list(classes) + [name for name in per_class if name not in classes]
+    return [(name, _number(per_class.get(name))) for name in names]
+
+
+def _fmt(value):
+    return "n/a" if value is None else "%.4f" % value
+
+
+def _md_cell(text):
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown(rows, validation):
+    lines = ["# Average precision per class", ""]
+    if validation:
+        lines.append("Validation after epoch %s on %s image(s)." % (validation.get("epoch", "?"),
+                                                                   validation.get("images", "?")))
+    else:
+        lines.append("No validation result: the job did not validate.")
+    lines += ["", "| class | AP |", "| --- | ---: |"]
+    lines += ["| %s | %s |" % (_md_cell(name), _fmt(ap)) for name, ap in rows]
+    lines.append("| **mAP** | **%s** |" % _fmt(_number((validation or {}).get("mAP"))))
+    return "\n".join(lines) + "\n"
+
+
+def _csv(rows, validation):
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["class", "AP"])
+    for name, ap in rows:
+        writer.writerow([name, "nan" if ap is None else repr(ap)])
+    overall = _number((validation or {}).get("mAP"))
+    writer.writerow(["mAP", "nan" if overall is None else repr(overall)])
+    return out.getvalue()
+
+
+def _curves_png(history):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    epochs = [entry.get("epoch", index) for index, entry in enumerate(history)]
+    fig = Figure(figsize=(10, 4), dpi=100)
+    losses, maps = fig.subplots(1, 2)
+    for key, colour in zip(LOSS_KEYS, LOSS_COLOURS):
+        values = [_number(entry.get(key)) for entry in history]
+        values = [float("nan") if v is None else v for v in values]
+        losses.plot(epochs, values, marker="o", label=key, color=colour)
+    losses.set_title("Training losses")
+    losses.set_xlabel("epoch")
+    losses.set_ylabel("loss (epoch mean)")
+    losses.grid(True, alpha=0.3)
+    if history:
+        losses.legend(fontsize="small")
+    else:
+        losses.text(0.5, 0.5, "no epochs", ha="center", va="center", transform=losses.transAxes)
+
+    validated = [(e, _number(entry.get("mAP"))) for e, entry in zip(epochs, history)]
+    validated = [(e, m) for e, m in validated if m is not None]
+    if validated:
+        maps.plot([e for e, _ in validated], [m for _, m in validated], marker="o", color=MAP_COLOUR)
+        top = max(m for _, m in validated)
+        maps.set_ylim(0.0, max(0.05, min(1.0, top * 1.15)))
+    else:
+        maps.text(0.5, 0.5, "no validated epoch", ha="center", va="center",
+                  transform=maps.transAxes)
+    maps.set_title("Validation mAP")
+    maps.set_xlabel("epoch")
+    maps.set_ylabel("mAP")
+    maps.grid(True, alpha=0.3)
+    for axes in (losses, maps):  # whole epochs on the x axis, also for a single epoch
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _atomic_write(path, data):
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -1,0 +1,132 @@
+"""The job report: training curves PNG and the per-class AP table (Markdown + CSV)."""
+
+import csv
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+from PIL import Image
+
+from frcnn_train.report import write_report
+
+CLASSES = ["circle", "square", "triangle"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAP_PURPLE = np.array([148, 103, 189])  # matplotlib's tab:purple, the colour of the mAP curve only
+
+
+def epoch(n, scale=1.0, map_value=None):
+    entry = {"epoch": n, "rpn_conf_loss": 0.6 * scale, "rpn_smoothl1_loss": 0.05 * scale,
+             "rcnn_cls_loss": 1.1 * scale, "rcnn_smoothl1_loss": 0.4 * scale, "rpn_acc": 0.9,
+             "rpn_l1": 0.3, "rcnn_acc": 0.8, "rcnn_l1": 1.0, "speed": 3.0, "time_s": 20.0,
+             "lr": 0.01, "data_wait_pct": 1.0}
+    if map_value is not None:
+        entry["mAP"] = map_value
+    return entry
+
+
+HISTORY = [epoch(0, 1.0), epoch(1, 0.7, 0.21), epoch(2, 0.5), epoch(3, 0.4, 0.43)]
+VALIDATION = {"mAP": 0.4321, "per_class": {"circle": 0.5, "square": 0.3963, "triangle": 0.4},
+              "images": 24, "epoch": 3}
+
+
+def png_pixels(path):
+    with open(path, "rb") as handle:
+        assert handle.read(8) == PNG_SIGNATURE
+    with Image.open(path) as img:
+        img.verify()
+    with Image.open(path) as img:
+        return np.asarray(img.convert("RGB")).astype(int)
+
+
+def purple_pixels(pixels):
+    return int((np.abs(pixels - MAP_PURPLE).sum(axis=-1) < 30).sum())
+
+
+def read_csv(path):
+    with open(path, newline="") as handle:
+        return list(csv.reader(handle))
+
+
+def table_rows(path):
+    rows = []
+    for line in open(path).read().splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+        if line.startswith("|") and cells[0] not in ("class", "---"):
+            rows.append(cells)
+    return rows
+
+
+def test_full_report_has_curves_and_every_class_with_the_map(tmp_path):
+    paths = write_report(str(tmp_path), HISTORY, VALIDATION, CLASSES)
+    assert sorted(os.path.basename(p) for p in paths) == [
+        "per_class_ap.csv", "per_class_ap.md", "training_curves.png"]
+    assert sorted(os.listdir(tmp_path)) == ["per_class_ap.csv", "per_class_ap.md",
+                                            "training_curves.png"]  # no temporary files left
+
+    curves = os.path.join(tmp_path, "training_curves.png")
+    assert os.path.getsize(curves) > 10000
+    pixels = png_pixels(curves)
+    assert pixels.shape[0] >= 300 and pixels.shape[1] >= 600
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50  # a drawn chart, not a blank canvas
+    # The mAP curve (purple) lies in the right-hand panel only.
+    half = pixels.shape[1] // 2
+    assert purple_pixels(pixels[:, half:]) > 50 and purple_pixels(pixels[:, :half]) == 0
+
+    rows = table_rows(os.path.join(tmp_path, "per_class_ap.md"))
+    assert [r[0] for r in rows] == CLASSES + ["**mAP**"]
+    assert rows[0][1] == "0.5000" and rows[1][1] == "0.3963" and rows[2][1] == "0.4000"
+    assert rows[-1][1] == "**0.4321**"
+    assert "epoch 3 on 24 image(s)" in open(os.path.join(tmp_path, "per_class_ap.md")).read()
+
+    table = read_csv(os.path.join(tmp_path, "per_class_ap.csv"))
+    assert table[0] == ["class", "AP"]
+    assert [r[0] for r in table[1:]] == CLASSES + ["mAP"]
+    assert [float(r[1]) for r in table[1:]] == [0.5, 0.3963, 0.4, 0.4321]
+
+
+def test_one_epoch_without_validation_still_writes_everything(tmp_path):
+    model_dir = tmp_path / "model"  # created when missing
+    write_report(str(model_dir), [epoch(0)], None, CLASSES)
+    pixels = png_pixels(str(model_dir / "training_curves.png"))
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 20
+    assert purple_pixels(pixels) == 0  # no mAP point to draw
+    rows = table_rows(str(model_dir / "per_class_ap.md"))
+    assert rows == [["circle", "n/a"], ["square", "n/a"], ["triangle", "n/a"], ["**mAP**", "**n/a**"]]
+    table = read_csv(str(model_dir / "per_class_ap.csv"))
+    assert [r[0] for r in table[1:]] == CLASSES + ["mAP"]
+    assert all(math.isnan(float(r[1])) for r in table[1:])
+
+
+def test_one_validated_epoch_draws_its_map_point(tmp_path):
+    write_report(str(tmp_path), [epoch(0, map_value=0.3)],
+                 {"mAP": 0.3, "per_class": {"a": 0.3}, "images": 2, "epoch": 0}, ["a"])
+    pixels = png_pixels(str(tmp_path / "training_curves.png"))
+    assert purple_pixels(pixels[:, pixels.shape[1] // 2:]) > 10
+    assert table_rows(str(tmp_path / "per_class_ap.md"))[-1] == ["**mAP**", "**0.3000**"]
+
+
+def test_odd_class_names_and_missing_values_keep_the_table_intact(tmp_path):
+    validation = {"mAP": float("nan"), "per_class": {"a|b": float("nan"), "c,d": 0.25, "extra": 0.5},
+                  "images": 3, "epoch": 0}
+    write_report(str(tmp_path), [epoch(0, map_value=float("nan"))], validation, ["a|b", "c,d", "nothing"])
+    rows = table_rows(str(tmp_path / "per_class_ap.md"))
+    assert len(rows) == 5 and all(len(r) == 2 for r in rows)  # the pipe in a name is escaped
+    assert rows[0] == ["a\\|b", "n/a"] and rows[1] == ["c,d", "0.2500"] and rows[2] == ["nothing", "n/a"] and rows[3] == ["extra", "0.5000"]
+    table = read_csv(str(tmp_path / "per_class_ap.csv"))
+    assert [r[0] for r in table[1:]] == ["a|b", "c,d", "nothing", "extra", "mAP"]
+    assert float(table[2][1]) == 0.25 and math.isnan(float(table[-1][1]))
+
+
+def test_rewrite_replaces_the_files(tmp_path):
+    write_report(str(tmp_path), HISTORY, VALIDATION, CLASSES)
+    write_report(str(tmp_path), HISTORY[:1], dict(VALIDATION, mAP=0.9), CLASSES)
+    assert table_rows(str(tmp_path / "per_class_ap.md"))[-1] == ["**mAP**", "**0.9000**"]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
+
+
+def test_importing_the_module_does_not_import_matplotlib():
+    code = "import sys, frcnn_train.report; sys.exit(1 if 'matplotlib' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
