@@ -1,0 +1,45 @@
+"""The example notebook runs top to bottom in SageMaker local mode with the CPU image."""
+
+import os
+import subprocess
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IMAGE = os.environ.get("IMAGE", "frcnn-training:cpu")
+
+
+def image_present():
+    try:
+        return subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("NO DOCKER ENGINE: the notebook test needs one (bash docker/ensure-engine.sh)")
+    assert image_present(), "image %s is missing: run `make image`" % IMAGE
+    data = tmp_path / "voc"
+    subprocess.run([os.path.join(ROOT, ".venv", "bin", "frcnn-generate-voc"), str(data),
+                    "--train-2007", "6", "--test-2007", "2", "--train-2012", "0"], check=True,
+                   capture_output=True)
+    output = tmp_path / "output"
+    output.mkdir()
+    monkeypatch.setenv("FRCNN_IMAGE", IMAGE)
+    monkeypatch.setenv("FRCNN_VOC", "file://%s" % data)
+    monkeypatch.setenv("FRCNN_OUTPUT", "file://%s" % output)
+    nb = nbformat.read(os.path.join(ROOT, "sagemaker_launch", "example.ipynb"), as_version=4)
+    NotebookClient(nb, timeout=1200, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    last = nb.cells[-1]
+    kinds = {o.get("output_type") for o in last.outputs}
+    assert "display_data" in kinds  # the curves image and the AP table were displayed
+    mimes = {m for o in last.outputs if o.get("output_type") == "display_data" for m in o["data"]}
+    assert "image/png" in mimes and "text/markdown" in mimes
+    text = "".join(o.get("text", "") for o in last.outputs if o.get("output_type") == "stream")
+    assert "mAP:" in text
+    assert list(output.rglob("model.tar.gz"))
