@@ -8,6 +8,7 @@ fail, since that means the build broke.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -49,11 +50,43 @@ def docker_run(image, base, timeout=900, extra=()):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def test_docker_run_trains_and_writes_the_model(image, job_dir):
-    base = make_job(job_dir, {"epochs": "1", "batch_size": "2", "num_workers": "2"}, n_train=6, n_test=3)
-    result = docker_run(image, base)
+@pytest.fixture
+def loopback_s3():
+    """moto's S3 server on 127.0.0.1 (the container reaches it through host networking)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = "http://%s:%d" % (host, port)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    yield endpoint, client
+    server.stop()
+
+
+def test_docker_run_trains_on_voc_tars_from_loopback_s3(image, job_dir, tmp_path, loopback_s3):
+    from frcnn_train.voc_fetch import make_voc_tars
+
+    endpoint, s3 = loopback_s3
+    sums = make_voc_tars(str(tmp_path / "tars"), train_2007=6, test_2007=3, train_2012=2, seed=5)
+    s3.create_bucket(Bucket="voc-data")
+    for name in sums:
+        s3.upload_file(str(tmp_path / "tars" / name), "voc-data", "pascal/" + name)
+    base = make_job(job_dir, {"epochs": "1", "batch_size": "2", "num_workers": "2",
+                              "train_splits": "2007_trainval,2012_trainval",
+                              "data_s3_uri": "s3://voc-data/pascal/",
+                              "data_mirrors": "http://127.0.0.1:9/",  # closed: never the internet
+                              "data_checksums": json.dumps(sums)}, n_train=2, n_test=1)
+    shutil.rmtree(os.path.join(base, "input", "data", "voc"))  # the data must come from S3
+    env = ["-e", "AWS_ENDPOINT_URL_S3=" + endpoint, "-e", "AWS_ACCESS_KEY_ID=testing",
+           "-e", "AWS_SECRET_ACCESS_KEY=testing", "-e", "AWS_DEFAULT_REGION=us-east-1"]
+    result = docker_run(image, base, extra=env)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
+    assert "data: 8 training images, 3 validation images" in out  # 6 (2007) + 2 (2012)
+    assert "testing" not in out.replace("AWS_SECRET_ACCESS_KEY", "")  # no secret in the log
     for name in ("model.params", "model-symbol.json", "model-0000.params", "classes.json",
                  "config.json", "validation.json"):
         assert os.path.isfile(os.path.join(base, "model", name)), name

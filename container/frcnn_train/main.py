@@ -113,7 +113,11 @@ def run_job(config, env, dist):
         LOG.info("effective configuration: %s", json.dumps(effective, sort_keys=True))
     seed_everything(config.seed, world.rank)
 
-    datasets = build_datasets(config, env.require_data_dir())
+    from .voc_fetch import acquire_voc
+
+    # Once per host: local rank 0 fetches, verifies and extracts; the others wait for its marker.
+    work_dir = os.environ.get("FRCNN_WORK_DIR") or env.paths.work_dir
+    datasets = build_datasets(config, acquire_voc(config, env, world, work_dir))
     if world.is_main:
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
