@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
+import uuid
 from dataclasses import dataclass
 
 from .errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
@@ -258,6 +259,8 @@ def main(argv=None):
             os.remove(os.environ[ENV_STOP_FILE])  # a stale request from an earlier run
         os.environ.setdefault("SAGEMAKER_BASE_DIR", env.paths.base)
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
+        # Tells ranks of this launch apart from an earlier one (data fetch completion markers).
+        os.environ["FRCNN_LAUNCH_ID"] = uuid.uuid4().hex
         stop = StopSignal(os.environ[ENV_STOP_FILE])
         stop.install()
         LOG.info("job: hosts=%s current=%s processes_per_host=%d world=%d gpus=%d open_files=%d",
