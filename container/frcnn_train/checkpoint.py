@@ -40,13 +40,15 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def atomic_write_text(path, text):
-    """Write ``text`` to ``path`` so readers see the old or the new file, never a partial one."""
+def atomic_write(path, write):
+    """Write a file so readers see the old or the new one, never a partial one: ``write(handle)``
+    fills a binary temporary file beside ``path``, which then replaces it (mode 0644)."""
     directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; model files are read by other users/tools
@@ -58,17 +60,8 @@ def atomic_write_text(path, text):
     _fsync_dir(directory)
 
 
-def atomic_copy(src, dst):
-    directory = os.path.dirname(os.path.abspath(dst))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def atomic_write_text(path, text):
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
 class CheckpointManager:

@@ -20,12 +20,11 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 import uuid
 from dataclasses import dataclass
 
 from .errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
-from .main import load_config, setup_logging, write_failure
+from .main import load_config, report_failure, setup_logging, write_failure
 
 LOG = logging.getLogger("frcnn_train")
 
@@ -283,12 +282,7 @@ def main(argv=None):
             LOG.warning("stopped on request after %.0f s", time.time() - stop.since)
         return code
     except BaseException as exc:  # the one top-level handler of the launcher
-        if isinstance(exc, SystemExit) and not exc.code:
-            raise
-        text = failure_text_for(exc)
-        LOG.error("job failed: %s\n%s", text, traceback.format_exc())
-        write_failure(failure_path, text)
-        return 1
+        return report_failure(exc, failure_path)
 
 
 def cli():

@@ -60,6 +60,16 @@ def write_failure(path, text):
     return True
 
 
+def report_failure(exc, failure_path):
+    """Log the reason and the traceback, write the failure file once; the exit code to use."""
+    if isinstance(exc, SystemExit) and not exc.code:
+        raise exc
+    text = failure_text_for(exc)
+    LOG.error("job failed: %s\n%s", text, traceback.format_exc())
+    write_failure(failure_path, text)
+    return 1
+
+
 def seed_everything(seed, rank):
     import mxnet as mx
     import numpy as np
@@ -333,13 +343,8 @@ def job_main(base=None, install_signals=True):
         run_job(config, env, dist)
         dist.shutdown()
         return 0
-    except BaseException as exc:  # the one top-level handler
-        if isinstance(exc, SystemExit) and not exc.code:
-            raise
-        text = failure_text_for(exc)
-        LOG.error("job failed: %s\n%s", text, traceback.format_exc())
-        write_failure(failure_path, text)
-        return 1
+    except BaseException as exc:  # the one top-level handler of a rank
+        return report_failure(exc, failure_path)
 
 
 def engine_cli(argv=None):

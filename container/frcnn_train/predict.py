@@ -268,18 +268,9 @@ def draw(image_path, detections, out_png):
 
 
 def _save_atomic(path, write):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    from .checkpoint import atomic_write
+
+    atomic_write(path, write)
 
 
 def _one_line(exc):

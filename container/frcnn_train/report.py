@@ -15,7 +15,6 @@ import csv
 import io
 import math
 import os
-import tempfile
 
 LOSS_KEYS = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss")
 CURVES_FILE = "training_curves.png"
@@ -136,14 +135,6 @@ def _curves_png(history):
 
 
 def _atomic_write(path, data):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    from .checkpoint import atomic_write
+
+    atomic_write(path, lambda handle: handle.write(data))
