@@ -144,7 +144,7 @@ def run_ranks(target, ranks, first_delay=0.3):
 
     for local_rank in sorted(range(ranks), reverse=True):
         world = World(rank=local_rank, size=ranks, local_rank=local_rank, local_size=ranks)
-        thread = threading.Thread(target=run, args=(world,))
+        thread = threading.Thread(target=run, args=(world,), name="local-rank-%d" % local_rank)
         thread.start()
         threads.append(thread)
         if local_rank:
@@ -478,12 +478,15 @@ def test_unsafe_tar_is_refused_and_nothing_lands_outside(tmp_path, kind, member,
 
 # -------------------------------------------------------------------------- once per host
 
-def test_two_ranks_on_a_host_fetch_once(tmp_path, voc_tars, mirror):
+def test_two_ranks_on_a_host_fetch_once(tmp_path, voc_tars, mirror, caplog):
     base = serve(mirror, voc_tars)
     config, env, work = job(tmp_path, voc_tars, data_mirrors=base)
-    results = run_ranks(lambda world: acquire_voc(config, env, world, work, FAST), 2)
+    with caplog.at_level(logging.INFO, logger="frcnn_train"):
+        results = run_ranks(lambda world: acquire_voc(config, env, world, work, FAST), 2)
     root = os.path.join(work, "voc")
     assert results == {0: root, 1: root}
+    fetchers = {r.threadName for r in caplog.records if r.getMessage().startswith("data: fetching")}
+    assert fetchers == {"local-rank-0"}  # rank 1 (started first) only waited for the marker
     assert_complete(root, voc_tars)
     for name in TARS:
         gets = sorted(mirror.gets("voc/" + name), key=lambda g: g["start"])
