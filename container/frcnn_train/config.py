@@ -273,7 +273,7 @@ class TrainConfig:
     keep_checkpoints: int = hp(3, _pos_int, "Keep the last N complete checkpoints.")
     data_s3_uri: str = hp("", check(parse_str, lambda v: v == "" or (v.startswith("s3://") and len(v) > 5),
                                     "an s3://bucket/prefix/ URI"),
-                          "S3 location of the three VOC tars, tried when the 'voc' channel is absent.")
+                          "S3 location of the three VOC tars, tried after the 'voc' channel.")
     data_mirrors: Tuple[str, ...] = hp(("official",), parse_str_list,
                                        "HTTP(S) base URLs tried after S3 (comma-separated); "
                                        "'official' means the Oxford VOC locations.")

@@ -807,9 +807,9 @@ class _S3Remote:
         if self.size == 0:
             return iter(())
 
-        def fetch(start, end, halt):  # small reads: a timed-out read loses at most one of them
+        def fetch(start, end, halt):  # a read that times out loses at most its own 1 MiB
             return _fetch_range(self._open_range, _classify_s3, start, end, opts, halt, self._count,
-                                "s3://%s/%s" % (self.bucket, self.key), piece=256 * 1024)
+                                "s3://%s/%s" % (self.bucket, self.key))
 
         return _ordered_chunks(self.size, opts.chunk_size, fetch, opts.s3_workers, stop, opts.max_buffer_bytes)
 
@@ -909,8 +909,9 @@ class _ChildExtractor:
         env["PYTHONPATH"] = _PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         argv = [sys.executable, "-m", "frcnn_train.safe_tar"]
         argv += ["--filter-every-member"] if filter_every_member else []
-        self._proc = subprocess.Popen(argv + [dest], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, bufsize=0)
+        self._stderr = tempfile.TemporaryFile()  # a file, not a pipe: the child can never block on it
+        self._proc = subprocess.Popen(argv + [dest], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._stderr, env=env, bufsize=0)
         self._fd = self._proc.stdin.fileno()
         self.gone = False
         try:
@@ -931,7 +932,10 @@ class _ChildExtractor:
         return not self.gone
 
     def finish(self):
-        out, err = self._proc.communicate()  # closes stdin: the child sees the end of the stream
+        out, _ = self._proc.communicate()  # closes stdin: the child sees the end of the stream
+        self._stderr.seek(0)
+        err = self._stderr.read()
+        self._stderr.close()
         lines = out.decode("utf-8", "replace").strip().splitlines()
         try:
             result = json.loads(lines[-1]) if lines else {}
@@ -955,7 +959,7 @@ class _ChildExtractor:
             self._proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+        for pipe in (self._proc.stdin, self._proc.stdout, self._stderr):
             try:
                 pipe.close()
             except (OSError, ValueError):
