@@ -543,6 +543,24 @@ def _ordered_chunks(size, chunk, fetch, workers, stop, max_buffer=None):
         pool.shutdown(wait=True)
 
 
+def _with_retries(call, classify, what, opts, stop):
+    """``call()`` until it succeeds, with backoff; SourceFailed after ``opts.attempts`` failures."""
+    failures = 0
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            reason = classify(exc)
+            failures += 1
+            if failures >= opts.attempts:
+                raise SourceFailed("%s (gave up after %d attempts)" % (reason, failures)) from None
+            delay = _backoff(opts, failures)
+            LOG.warning("data: %s: %s; retrying in %.1f s (attempt %d of %d)", what, reason, delay,
+                        failures + 1, opts.attempts)
+            if stop.wait(delay):
+                raise _Cancelled() from None
+
+
 def _close_quietly(response):
     try:
         response.close()
@@ -668,21 +686,8 @@ class _HttpRemote:
 
     def open(self, opts, stop, count):
         self._opts, self._count = opts, count
-        failures = 0
-        while True:
-            try:
-                response = self._request(0, opts.chunk_size - 1)
-                break
-            except Exception as exc:
-                reason = _classify_http(exc)
-                failures += 1
-                if failures >= opts.attempts:
-                    raise SourceFailed("%s (gave up after %d attempts)" % (reason, failures)) from None
-                delay = _backoff(opts, failures)
-                LOG.warning("data: %s: %s; retrying in %.1f s (attempt %d of %d)", self.url, reason, delay,
-                            failures + 1, opts.attempts)
-                if stop.wait(delay):
-                    raise _Cancelled() from None
+        response = _with_retries(lambda: self._request(0, opts.chunk_size - 1), _classify_http,
+                                 self.url, opts, stop)
         if response.status == 206:
             parsed = _parse_content_range(response.headers.get("Content-Range"))
             if parsed and parsed[0] == 0 and parsed[2] is not None:
@@ -778,21 +783,8 @@ class _S3Remote:
             raise
         except Exception as exc:
             raise SourceFailed("cannot create an S3 client: %s" % exc) from None
-        failures = 0
-        while True:
-            try:
-                head = self._client.head_object(Bucket=self.bucket, Key=self.key)
-                break
-            except Exception as exc:
-                reason = _classify_s3(exc)
-                failures += 1
-                if failures >= opts.attempts:
-                    raise SourceFailed("%s (gave up after %d attempts)" % (reason, failures)) from None
-                delay = _backoff(opts, failures)
-                LOG.warning("data: s3://%s/%s: %s; retrying in %.1f s (attempt %d of %d)", self.bucket, self.key,
-                            reason, delay, failures + 1, opts.attempts)
-                if stop.wait(delay):
-                    raise _Cancelled() from None
+        head = _with_retries(lambda: self._client.head_object(Bucket=self.bucket, Key=self.key),
+                             _classify_s3, "s3://%s/%s" % (self.bucket, self.key), opts, stop)
         self.size = int(head["ContentLength"])
         self._etag = head.get("ETag")
 
