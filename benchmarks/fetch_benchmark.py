@@ -29,6 +29,7 @@ The machine should be otherwise idle: on 2 cores every variant is CPU-bound.
 
 import argparse
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
 import logging
@@ -291,6 +292,8 @@ def main(argv=None):
                         help="where the variants write (default: under --cache). On a tmpfs such as "
                              "/dev/shm the disk drops out of the figures and outputs are deleted as they go")
     parser.add_argument("--json", default=None, help="also write the result here")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated variants to run (development; the ratios need all)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -326,11 +329,14 @@ def main(argv=None):
             "seed": lambda d: seed_way(client, names, sums, d),
             "ours": lambda d: ours(sums, d, opts),
             "ours_filter_every_member": lambda d: ours(sums, d, strict),
+            "ours_child_process": lambda d: ours(sums, d, dataclasses.replace(opts, extract_subprocess=True)),
             "floor_network": lambda d: floor_network(client, names, sizes, opts),
             "floor_extract": lambda d: floor_extract(tar_dir, names, d),
             "floor_extract_parallel": lambda d: floor_extract(tar_dir, names, d, parallel=True),
             "floor_extract_same_extractor": lambda d: floor_extract_ours(tar_dir, names, d),
         }
+        if args.only:
+            variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
         seconds = {name: [] for name in variants}
         cpu = {name: [] for name in variants}
         order = list(variants)
@@ -349,6 +355,9 @@ def main(argv=None):
                 if transient:
                     shutil.rmtree(dest)
 
+        if args.only:
+            print(json.dumps({name: round(statistics.median(v), 3) for name, v in seconds.items()}))
+            return 0
         per_host = {}
         for ranks in (1, 2):
             dest = os.path.join(runs, "host-%d-ranks" % ranks)

@@ -13,11 +13,12 @@
   checksums is reused without a request.
 * Bytes move with parallel ranged requests (S3 ranged GetObject, HTTP Range when the server has
   it; a dropped or stalled request resumes from the byte it reached) and are extracted while they
-  arrive: the chunks are reassembled in order, hashed, and piped to a streaming, checked
-  extraction (:mod:`frcnn_train.safe_tar`, in a child process so that it does not share an
-  interpreter lock with the transfer threads) into a temporary directory whose content is moved
-  into place only after the SHA-1 matched. Tars go one after the other by default
-  (``tar_parallelism``): on few cores, extracting several at once costs more than it gains.
+  arrive: each range is received straight into a reused chunk buffer (one copy, socket to
+  buffer), the chunks are taken in order, hashed by one thread and extracted by another
+  (:mod:`frcnn_train.safe_tar`: its own header reader, member bodies written from the buffers
+  with no further copy) into a temporary directory whose content is moved into place only after
+  the SHA-1 matched. Tars go one after the other by default (``tar_parallelism``): on few cores,
+  extracting several at once costs more than it gains.
 
 Pure functions (tar specs, URLs, source order, marker checks, failure text) come first and are
 tested with plain values; the network and the filesystem stay in the classes below them.
@@ -91,7 +92,7 @@ class FetchOptions:
     tar_parallelism: int = 1  # tars fetched and extracted side by side
     queue_chunks: int = 4  # in-order chunks buffered between the hasher and the extractor
     max_buffer_bytes: int = 256 * MIB  # cap on the chunks requested or held ahead, per tar
-    extract_subprocess: bool = True  # extract in a child process (no interpreter lock shared)
+    extract_subprocess: bool = False  # extract in a child process fed by a pipe (safe_tar.child_main)
     filter_every_member: bool = False  # tarfile's data filter on plain members too (safe_tar._Filter)
     attempts: int = 5  # tries per request before a source is given up
     backoff_s: float = 1.0  # first retry delay; doubles per failure, with jitter
@@ -417,49 +418,103 @@ def _backoff(opts, failures):
     return delay * (0.5 + random.random() / 2)
 
 
-def _fetch_range(open_fn, classify, start, end, opts, stop, count, what, piece=_READ):
-    """Bytes [start, end] as one bytearray; a dropped or stalled transfer resumes where it stopped.
+class _BufferPool:
+    """Chunk buffers handed back by the consumer and reused: a steady transfer allocates (and
+    page-faults) no new memory per chunk. Buffers are ``size`` bytes; chunks are views of them."""
+
+    def __init__(self, size):
+        self.size = size
+        self._free = []
+        self._lock = threading.Lock()
+
+    def take(self, want):
+        if want > self.size:
+            return memoryview(bytearray(want))
+        with self._lock:
+            buf = self._free.pop() if self._free else None
+        return memoryview(buf if buf is not None else bytearray(self.size))[:want]
+
+    def give(self, chunk):
+        """Return a chunk's buffer; the caller holds no view of it any more."""
+        buf = getattr(chunk, "obj", None)
+        if isinstance(buf, bytearray) and len(buf) == self.size:
+            with self._lock:
+                self._free.append(buf)
+
+
+def _direct_readinto(response):
+    """A ``readinto1`` for the body of the HTTP response under ``response`` (urllib's, or the one
+    under a boto3 StreamingBody and urllib3), which receives into our buffer with no intermediate
+    copy; None when the body is transformed on the way (a content encoding), chunked, of unknown
+    length, or the layers are not the ones known here."""
+    if isinstance(response, http.client.HTTPResponse):
+        raw = response
+    else:
+        urllib3_response = getattr(response, "_raw_stream", None)
+        raw = getattr(urllib3_response, "_fp", None)
+        if not isinstance(raw, http.client.HTTPResponse) or getattr(urllib3_response, "_decoded_buffer", None):
+            return None
+    if raw.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity"):
+        return None
+    if raw.chunked or raw.length is None or not hasattr(getattr(raw, "fp", None), "readinto1"):
+        return None
+    # One receive per call (what arrived before a timeout is counted), straight from the socket's
+    # buffered reader: the caller reads exactly the announced length and then closes the response.
+    return raw.fp.readinto1
+
+
+def _fetch_range(open_fn, classify, start, end, opts, stop, count, what, piece=_READ, pool=None):
+    """Bytes [start, end] as one buffer (a view of one from ``pool``, when given); a dropped or
+    stalled transfer resumes where it stopped.
 
     ``open_fn(offset, end)`` returns a readable response positioned at ``offset``; ``classify(exc)``
     returns a short reason for a retryable error and raises SourceFailed for a permanent one.
     Failures without progress are counted; ``opts.attempts`` of them in a row give the source up.
-    Responses are read with ``read1`` where they have it (what arrived before a timeout is kept),
-    else in ``piece``-sized reads.
+    Responses are received straight into the buffer where the HTTP layers allow it (see
+    :func:`_direct_readinto`), else read with ``read1`` (or ``read``), ``piece`` bytes at a time:
+    what arrived before a timeout is kept, up to the last piece.
     """
     want = end - start + 1
-    buf = bytearray()
+    buf = pool.take(want) if pool is not None else memoryview(bytearray(want))
+    got = 0
     failures = 0
-    while len(buf) < want:
+    while got < want:
         if stop.is_set():
             raise _Cancelled()
-        before = len(buf)
+        before = got
         offset = start + before
         response = None
         try:
             response = open_fn(offset, end)
-            read = getattr(response, "read1", None) or response.read
-            while len(buf) < want:
-                data = read(min(piece, want - len(buf)))
-                if not data:
+            readinto = _direct_readinto(response)
+            read = None if readinto else (getattr(response, "read1", None) or response.read)
+            while got < want:
+                if readinto is not None:
+                    n = readinto(buf[got:min(want, got + piece)])
+                else:
+                    data = read(min(piece, want - got))
+                    n = len(data)
+                    buf[got:got + n] = data
+                if not n:
                     break
-                buf += data
-                count(len(data))
+                got += n
+                count(n)
                 if stop.is_set():
                     raise _Cancelled()
-            if len(buf) < want:
-                raise _Retryable("connection closed after %d of %d bytes" % (len(buf) - before, end - offset + 1))
+            if got < want:
+                raise _Retryable("connection closed after %d of %d bytes" % (got - before, end - offset + 1))
         except (_Cancelled, SourceFailed):
             raise
         except Exception as exc:  # classified below; programming errors re-raise there
             reason = classify(exc)
-            if len(buf) > before:
+            if got > before:
                 failures = 0
             failures += 1
             if failures >= opts.attempts:
                 raise SourceFailed("%s (gave up after %d attempts)" % (reason, failures)) from None
             delay = _backoff(opts, failures)
             LOG.warning("data: %s: %s; resuming bytes %d-%d in %.1f s (attempt %d of %d)", what, reason,
-                        start + len(buf), end, delay, failures + 1, opts.attempts)
+                        start + got, end, delay, failures + 1, opts.attempts)
             if stop.wait(delay):
                 raise _Cancelled() from None
         finally:
@@ -584,7 +639,7 @@ class _FileRemote:
         self.size = os.path.getsize(self.path)
         self._opts, self._count = opts, count
 
-    def chunks(self, stop):
+    def chunks(self, stop, pool=None):
         def open_at(offset):
             handle = open(self.path, "rb")
             handle.seek(offset)
@@ -721,12 +776,12 @@ class _HttpRemote:
         response = self._request(offset)
         return response if response.status == 206 else _SkipReader(response, offset)
 
-    def chunks(self, stop):
+    def chunks(self, stop, pool=None):
         opts = self._opts
         if self.ranged:
             def fetch(start, end, halt):
                 return _fetch_range(self._open_range, _classify_http, start, end, opts, halt, self._count,
-                                    self.url)
+                                    self.url, pool=pool)
 
             return _ordered_chunks(self.size, opts.chunk_size, fetch, opts.http_workers, stop, opts.max_buffer_bytes)
         return _sequential(self._open_stream, _classify_http, self.size, opts, stop, self._count, self.url)
@@ -794,14 +849,14 @@ class _S3Remote:
             kwargs["IfMatch"] = self._etag
         return self._client.get_object(**kwargs)["Body"]
 
-    def chunks(self, stop):
+    def chunks(self, stop, pool=None):
         opts = self._opts
         if self.size == 0:
             return iter(())
 
         def fetch(start, end, halt):  # a read that times out loses at most its own 1 MiB
             return _fetch_range(self._open_range, _classify_s3, start, end, opts, halt, self._count,
-                                "s3://%s/%s" % (self.bucket, self.key))
+                                "s3://%s/%s" % (self.bucket, self.key), pool=pool)
 
         return _ordered_chunks(self.size, opts.chunk_size, fetch, opts.s3_workers, stop, opts.max_buffer_bytes)
 
@@ -833,16 +888,25 @@ def _s3_client_factory(max_connections):
 class _QueueReader:
     """A read(n) file object over a queue of in-order chunks (the tar stream for tarfile)."""
 
-    def __init__(self, q, stop):
+    def __init__(self, q, stop, release=None):
         self._q = q
         self._stop = stop
+        self._release = release  # called with each chunk once it has been consumed
+        self._item = None
         self._view = memoryview(b"")
         self._pos = 0
         self._eof = False
 
+    def _done_with_item(self):
+        item, self._item = self._item, None
+        self._view, self._pos = memoryview(b""), 0
+        if item is not None and self._release is not None:
+            self._release(item)
+
     def _fill(self):
         """Make the current view non-empty; False at the end of the stream."""
         while self._pos >= len(self._view):
+            self._done_with_item()
             if self._eof:
                 return False
             try:
@@ -857,7 +921,7 @@ class _QueueReader:
             if isinstance(item, BaseException):
                 self._eof = True
                 raise item
-            self._view, self._pos = memoryview(item), 0
+            self._item, self._view, self._pos = item, memoryview(item), 0
         return True
 
     def read(self, n=-1):
@@ -868,12 +932,41 @@ class _QueueReader:
         self._pos = end
         return out
 
+    def read_exact(self, n):
+        """``n`` bytes (fewer only at the end of the stream): a tar header for safe_tar."""
+        out = self.read(n)
+        if len(out) == n or not out:
+            return out
+        parts = [out]
+        got = len(out)
+        while got < n:
+            more = self.read(n - got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def copy_to(self, out_fd, n):
+        """Write the next ``n`` bytes to ``out_fd`` (None: skip them) straight from the chunks."""
+        while n:
+            if not self._fill():
+                raise tarfile.ReadError("unexpected end of data")
+            end = min(len(self._view), self._pos + n)
+            if out_fd is not None:
+                piece = self._view[self._pos:end]
+                while piece:
+                    piece = piece[os.write(out_fd, piece):]
+            n -= end - self._pos
+            self._pos = end
+
     def next_chunk(self):
-        """The rest of the current chunk, or the next one; None at the end."""
+        """The rest of the current chunk, or the next one; None at the end. The chunk before it
+        is released: the caller must be done with it."""
         if not self._fill():
             return None
         out = self._view[self._pos:]
-        self._view, self._pos = memoryview(b""), 0
+        self._pos = len(self._view)
         return out
 
     def drain(self):
@@ -961,11 +1054,14 @@ class _ChildExtractor:
 def _pipeline(remote, partial, opts, stop):
     """Stream ``remote`` through SHA-1 into a checked extraction under ``partial``.
 
-    A producer thread pulls the in-order chunks (fetched by the remote's worker threads), hashes
-    them and queues them; this thread hands them to the extraction: a child process reading a pipe
-    (default) or ``tarfile`` in this process reading the queue.
+    A producer thread pulls the in-order chunks (fetched by the remote's worker threads into
+    buffers of one pool), hashes them and queues them; this thread extracts from the queue
+    (safe_tar writes each member body straight from the chunk buffers) and hands each consumed
+    chunk's buffer back to the pool. With ``opts.extract_subprocess`` the extraction runs in a
+    child process instead, fed through a pipe (bodies move from the pipe to the files by splice).
     """
     q = queue_module.Queue(maxsize=opts.queue_chunks)
+    pool = _BufferPool(opts.chunk_size)
     digest = hashlib.sha1()
     total = [0]
 
@@ -981,7 +1077,7 @@ def _pipeline(remote, partial, opts, stop):
     def produce():
         chunks = None
         try:
-            chunks = remote.chunks(stop)
+            chunks = remote.chunks(stop, pool)
             for chunk in chunks:
                 digest.update(chunk)  # releases the GIL: hashing runs beside the extraction
                 total[0] += len(chunk)
@@ -997,7 +1093,7 @@ def _pipeline(remote, partial, opts, stop):
     child = _ChildExtractor(partial, opts.filter_every_member) if opts.extract_subprocess else None
     producer = threading.Thread(target=produce, name="voc-hash", daemon=True)
     producer.start()
-    reader = _QueueReader(q, stop)
+    reader = _QueueReader(q, stop, release=pool.give)
     try:
         if child is None:
             stats = extract_stream(reader, partial, opts.filter_every_member)
