@@ -2,6 +2,7 @@
 write, for every header format tarfile produces, from a file object, a file descriptor and a pipe
 (bodies moved by splice); bad streams fail with tarfile errors that say what was wrong."""
 
+import errno
 import io
 import os
 import stat
@@ -105,8 +106,20 @@ needs_filters = pytest.mark.skipif(not safe_tar.HAVE_DATA_FILTER, reason="the re
 
 @needs_filters
 @pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
-@pytest.mark.parametrize("how", ["fileobj", "fd", "pipe"])
-def test_extracts_what_the_data_filter_would(tmp_path, fmt, how):
+@pytest.mark.parametrize("how", ["fileobj", "fd", "pipe", "pipe_without_splice"])
+def test_extracts_what_the_data_filter_would(tmp_path, monkeypatch, fmt, how):
+    spliced = []
+    real_splice = getattr(os, "splice", None)
+
+    def splice(src, dst, count, *args):
+        if how == "pipe_without_splice":  # a filesystem that cannot take spliced pages
+            raise OSError(errno.EINVAL, "Invalid argument")
+        moved = real_splice(src, dst, count, *args)
+        spliced.append(moved)
+        return moved
+
+    if real_splice is not None:
+        monkeypatch.setattr(os, "splice", splice)
     members = GOOD if fmt != tarfile.USTAR_FORMAT else [m for m in GOOD if not m[0].startswith(LONG_DIR)]
     data = build(members, fmt)
     dest = tmp_path / "ours"
@@ -119,7 +132,7 @@ def test_extracts_what_the_data_filter_would(tmp_path, fmt, how):
             stats = safe_tar.extract_fd(fd, str(dest))
         finally:
             os.close(fd)
-    else:
+    else:  # pipe, pipe_without_splice
         fd, writer = pipe_of(data)
         try:
             stats = safe_tar.extract_fd(fd, str(dest))
@@ -129,6 +142,10 @@ def test_extracts_what_the_data_filter_would(tmp_path, fmt, how):
             os.close(fd)
             writer.join()
     assert snapshot(dest) == expected_tree(data, tmp_path)
+    if how == "pipe" and real_splice is not None:  # the bodies moved kernel to kernel
+        assert sum(spliced) == sum(len(m[2]) for m in members if m[1] == "file")
+    else:
+        assert not spliced
     files = [m for m in members if m[1] == "file"]
     assert stats.files == len(files) and stats.bytes == sum(len(m[2]) for m in files)
     mode = stat.S_IMODE(os.stat(dest / "VOCdevkit/VOC2007/ImageSets/Main/test.txt").st_mode)
