@@ -5,15 +5,17 @@ The tars are generated once (``make_voc_tars`` padded with random-content ``pad_
 by moto's ThreadedMotoServer on 127.0.0.1, run in a child process so that the server and the client
 do not share one interpreter lock. Measured in one run, each into a fresh directory:
 
-* ``ours``: ``acquire_voc`` with its defaults (8 ranged GetObjects in flight per tar, SHA-1 and
-  extraction, in a child process, while the bytes arrive; tars one after the other).
+* ``ours``: ``acquire_voc`` with its defaults (8 ranged GetObjects in flight per tar, each received
+  straight into a reused chunk buffer; SHA-1 on one thread and safe_tar's extraction on another,
+  while the bytes arrive; tars one after the other).
 * ``seed``: per tar, one GetObject to a file, then SHA-1 of the file, then ``extractall``.
 * ``floor_network``: the same ranged GETs as ours (same chunk size, same parallelism) to /dev/null.
 * ``floor_extract``: ``extractall(filter="data")`` of the same tars from local files, one after the
-  other, as the seed extracts. For reference: ``floor_extract_parallel`` (the three side by side)
-  and ``floor_extract_same_extractor`` (our safe_tar stream extraction of the local files, with its
-  fast path for plain members), and ``ours_filter_every_member`` (ours with tarfile's data filter
-  on every member, as the seed and floor_extract use it).
+  other, as the seed extracts. For reference: ``floor_extract_parallel`` (the three side by side),
+  ``floor_extract_same_extractor`` (safe_tar's extraction of the local files: our own extractor,
+  faster than tarfile's), ``ours_child_process`` (the extraction in a child process fed by a pipe)
+  and ``ours_filter_every_member`` (tarfile's data filter, with its path resolution, on every
+  member).
 
 Ratios: seed/ours (goal >= 2) and ours/max(floor_network, floor_extract) (goal <= 1.25). Bytes the
 server sent for a host with 1 rank and with 2 ranks (two threads, local_size=2) must be equal.
@@ -22,7 +24,7 @@ moto answers every ranged GET by materialising the whole object first (O(object)
 S3 is O(range)); ``--moto-ranges fast`` (the default) makes moto keep each object's bytes once, so
 a range costs what it sends, and ``--moto-ranges stock`` measures moto unchanged.
 
-Usage: python benchmarks/fetch_benchmark.py [--gb 1.2] [--rounds 3] [--drop-caches] [--runs-dir DIR]
+Usage: python benchmarks/fetch_benchmark.py [--gb 1.2] [--rounds 5] [--drop-caches] [--runs-dir DIR]
        [--moto-ranges fast|stock] [--json out.json]
 The machine should be otherwise idle: on 2 cores every variant is CPU-bound.
 """
@@ -284,7 +286,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.2, help="total size of the generated tars")
     parser.add_argument("--cache", default="/tmp/frcnn-fetch-bench", help="where tars and runs live")
-    parser.add_argument("--rounds", type=int, default=3, help="repetitions of every variant (median kept)")
+    parser.add_argument("--rounds", type=int, default=5, help="repetitions of every variant (median kept)")
     parser.add_argument("--moto-ranges", choices=("fast", "stock"), default="fast")
     parser.add_argument("--drop-caches", action="store_true",
                         help="empty the page cache before each variant (root; steadier figures)")
