@@ -10,9 +10,9 @@ import pytest
 from frcnn_train import safe_tar
 
 
-def archive(members):
+def archive(members, mode="w"):
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
         for name, data, kind in members:
             info = tarfile.TarInfo(name)
             info.uname, info.gname, info.uid, info.gid = "nobody-here", "nogroup-here", 4242, 4242
@@ -31,11 +31,14 @@ def no_filters(monkeypatch):
     monkeypatch.setattr(safe_tar, "HAVE_DATA_FILTER", False)
 
 
-def test_fallback_extracts_a_good_archive(no_filters, tmp_path):
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_fallback_extracts_a_good_archive(no_filters, tmp_path, mode):
     src = archive([("VOCdevkit/VOC2007/JPEGImages/000001.jpg", b"jpeg", "file"),
-                   ("VOCdevkit/VOC2007/ImageSets/Main/test.txt", b"000001\n", "file")])
+                   ("VOCdevkit/VOC2007/ImageSets/Main/test.txt", b"000001\n", "file")], mode)
     safe_tar.extract_stream(src, str(tmp_path / "out"))
-    assert (tmp_path / "out" / "VOCdevkit" / "VOC2007" / "JPEGImages" / "000001.jpg").read_bytes() == b"jpeg"
+    path = tmp_path / "out" / "VOCdevkit" / "VOC2007" / "JPEGImages" / "000001.jpg"
+    assert path.read_bytes() == b"jpeg"
+    assert path.stat().st_uid == os.geteuid()  # the archive's owner (4242) was not applied
 
 
 @pytest.mark.parametrize("members", [
