@@ -177,6 +177,29 @@ def _block(size):
     return (size + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE * tarfile.BLOCKSIZE
 
 
+def read_exact(read, n):
+    """``n`` bytes from ``read(k)`` calls, fewer only where the stream ends."""
+    data = read(n)
+    if len(data) == n or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < n:
+        more = read(n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def write_all(fd, data):
+    """``os.write`` until all of ``data`` (a bytes-like object) is written."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class _ObjSource:
     """The tar stream from a file object's ``read(n)``."""
 
@@ -184,18 +207,7 @@ class _ObjSource:
         self._read = fileobj.read
 
     def read_exact(self, n):
-        data = self._read(n)
-        if len(data) == n or not data:
-            return data
-        parts = [data]
-        got = len(data)
-        while got < n:
-            more = self._read(n - got)
-            if not more:
-                break
-            parts.append(more)
-            got += len(more)
-        return b"".join(parts)
+        return read_exact(self._read, n)
 
     def copy_to(self, out_fd, n):
         """Write the next ``n`` bytes of the stream to ``out_fd`` (``None``: discard them)."""
@@ -205,9 +217,7 @@ class _ObjSource:
                 raise tarfile.ReadError("unexpected end of data")
             n -= len(data)
             if out_fd is not None:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(out_fd, view):]
+                write_all(out_fd, data)
 
 
 class _FdSource(_ObjSource):
@@ -465,7 +475,7 @@ class _HeadSource:
             data = self.read_exact(min(n, len(self._head)))
             n -= len(data)
             if out_fd is not None:
-                os.write(out_fd, data)
+                write_all(out_fd, data)
         self._src.copy_to(out_fd, n)
 
 

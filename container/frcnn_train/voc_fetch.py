@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .errors import DataError, JobError, shorten
-from .safe_tar import ExtractStats, UnsafeMemberError, extract_stream
+from .safe_tar import ExtractStats, UnsafeMemberError, extract_stream, read_exact, write_all
 
 LOG = logging.getLogger("frcnn_train")
 
@@ -934,18 +934,7 @@ class _QueueReader:
 
     def read_exact(self, n):
         """``n`` bytes (fewer only at the end of the stream): a tar header for safe_tar."""
-        out = self.read(n)
-        if len(out) == n or not out:
-            return out
-        parts = [out]
-        got = len(out)
-        while got < n:
-            more = self.read(n - got)
-            if not more:
-                break
-            parts.append(more)
-            got += len(more)
-        return b"".join(parts)
+        return read_exact(self.read, n)
 
     def copy_to(self, out_fd, n):
         """Write the next ``n`` bytes to ``out_fd`` (None: skip them) straight from the chunks."""
@@ -954,9 +943,7 @@ class _QueueReader:
                 raise tarfile.ReadError("unexpected end of data")
             end = min(len(self._view), self._pos + n)
             if out_fd is not None:
-                piece = self._view[self._pos:end]
-                while piece:
-                    piece = piece[os.write(out_fd, piece):]
+                write_all(out_fd, self._view[self._pos:end])
             n -= end - self._pos
             self._pos = end
 
@@ -1008,10 +995,8 @@ class _ChildExtractor:
 
     def feed(self, data):
         """Write ``data``; False once the child has stopped reading (it says why in finish())."""
-        view = memoryview(data)
         try:
-            while view:
-                view = view[os.write(self._fd, view):]
+            write_all(self._fd, data)
         except (BrokenPipeError, ConnectionResetError):
             self.gone = True
         return not self.gone
