@@ -186,6 +186,33 @@ def test_a_corrupt_header_after_the_first_is_an_invalid_header(tmp_path):
         safe_tar.extract_stream(io.BytesIO(bytes(data)), str(tmp_path / "out"))
 
 
+def patched_header(data, offset, field, value):
+    """``data`` with one header field (offset within the header, bytes) replaced, checksum redone."""
+    data = bytearray(data)
+    start, width = field
+    data[offset + start:offset + start + width] = value
+    data[offset + 148:offset + 156] = b" " * 8
+    checksum = sum(data[offset:offset + 512])
+    data[offset + 148:offset + 156] = b"%06o\x00 " % checksum
+    return bytes(data)
+
+
+@pytest.mark.parametrize("size_field,message", [(b"\xff" * 12, "negative size"),
+                                                (b"\x80" + b"\x00" * 8 + b"\x01\x00\x00", "unexpected end of data")])
+def test_a_member_size_that_is_negative_or_beyond_the_stream_fails_cleanly(tmp_path, size_field, message):
+    data = build([("VOCdevkit/a.txt", "file", b"abc", 0o644)], fmt=tarfile.GNU_FORMAT)
+    bad = patched_header(data, 0, (124, 12), size_field)  # base-256: -1, then 65,536 bytes of 512
+    with pytest.raises(tarfile.ReadError, match=message):
+        safe_tar.extract_stream(io.BytesIO(bad[:1024]), str(tmp_path / "out"))
+
+
+def test_a_modification_time_the_filesystem_cannot_hold_is_left_alone(tmp_path):
+    data = build([("VOCdevkit/a.txt", "file", b"abc", 0o644)], fmt=tarfile.GNU_FORMAT)
+    huge = patched_header(data, 0, (136, 12), b"\x80" + b"\x7f" * 11)  # year ~10^25
+    safe_tar.extract_stream(io.BytesIO(huge), str(tmp_path / "out"))
+    assert (tmp_path / "out/VOCdevkit/a.txt").read_bytes() == b"abc"
+
+
 @pytest.mark.parametrize("kind", [tarfile.GNUTYPE_SPARSE, b"V", tarfile.CHRTYPE, tarfile.FIFOTYPE])
 def test_special_and_unsupported_members_are_refused_by_name(tmp_path, kind):
     data = build([("VOCdevkit/ok.txt", "file", b"ok", 0o644), ("VOCdevkit/odd", kind, None, 0o644),

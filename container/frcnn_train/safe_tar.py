@@ -326,12 +326,22 @@ def _members(src):
                 info.mtime = float(records["mtime"])
         except ValueError:
             raise tarfile.ReadError("invalid pax header for %r" % info.name) from None
+        if info.size < 0:
+            raise tarfile.ReadError("invalid header: %r has a negative size" % info.name)
         if info.isdir():
             info.name = info.name.rstrip("/")
         longname = longlink = None
         pax = {}
         carries_data = info.type in _REGULAR or info.type not in _KNOWN_TYPES
         yield info, (info.size if carries_data else 0)
+
+
+def _set_mtime(path_or_fd, mtime):
+    """The member's modification time; one the filesystem cannot hold is left as extracted."""
+    try:
+        os.utime(path_or_fd, (mtime, mtime))
+    except (OSError, OverflowError, ValueError):
+        pass
 
 
 def _mkdirs(path, made):
@@ -373,7 +383,7 @@ def _extract(src, dest, filter_every_member):
                 src.copy_to(fd, size)
                 if mode is not None:
                     os.fchmod(fd, mode)
-                os.utime(fd, (info.mtime, info.mtime))
+                _set_mtime(fd, info.mtime)
             finally:
                 os.close(fd)
             if size % tarfile.BLOCKSIZE:
@@ -399,10 +409,7 @@ def _extract(src, dest, filter_every_member):
                 os.link(target, path, follow_symlinks=False)
             src.copy_to(None, _block(size))
     for path, mtime in reversed(dir_times):
-        try:
-            os.utime(path, (mtime, mtime), follow_symlinks=False)
-        except OSError:
-            pass
+        _set_mtime(path, mtime)
     return stats
 
 
