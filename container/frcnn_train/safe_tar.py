@@ -295,7 +295,7 @@ def _members(src):
             raise tarfile.ReadError("invalid header: %s" % exc) from None
         first = False
         if info.type in _META_TYPES:
-            if info.size > 1 << 20:
+            if not 0 <= info.size <= 1 << 20:
                 raise tarfile.ReadError("an extended header of %d bytes" % info.size)
             data = src.read_exact(_block(info.size))
             if len(data) < _block(info.size):
