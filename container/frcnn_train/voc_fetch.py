@@ -463,6 +463,22 @@ def _direct_readinto(response):
     return raw.fp.readinto1
 
 
+def _after_failure(exc, classify, failures, opts, stop, what, action):
+    """After a failed try (``failures`` before it, in a row): SourceFailed once ``opts.attempts``
+    are used up, else log why and what comes next, wait the backoff and return the new count.
+    ``classify(exc)`` gives the reason for a retryable error and raises for any other."""
+    reason = classify(exc)
+    failures += 1
+    if failures >= opts.attempts:
+        raise SourceFailed("%s (gave up after %d attempts)" % (reason, failures)) from None
+    delay = _backoff(opts, failures)
+    LOG.warning("data: %s: %s; %s in %.1f s (attempt %d of %d)", what, reason, action, delay, failures + 1,
+                opts.attempts)
+    if stop.wait(delay):
+        raise _Cancelled() from None
+    return failures
+
+
 def _fetch_range(open_fn, classify, start, end, opts, stop, count, what, piece=_READ, pool=None):
     """Bytes [start, end] as one buffer (a view of one from ``pool``, when given); a dropped or
     stalled transfer resumes where it stopped.
@@ -506,17 +522,8 @@ def _fetch_range(open_fn, classify, start, end, opts, stop, count, what, piece=_
         except (_Cancelled, SourceFailed):
             raise
         except Exception as exc:  # classified below; programming errors re-raise there
-            reason = classify(exc)
-            if got > before:
-                failures = 0
-            failures += 1
-            if failures >= opts.attempts:
-                raise SourceFailed("%s (gave up after %d attempts)" % (reason, failures)) from None
-            delay = _backoff(opts, failures)
-            LOG.warning("data: %s: %s; resuming bytes %d-%d in %.1f s (attempt %d of %d)", what, reason,
-                        start + got, end, delay, failures + 1, opts.attempts)
-            if stop.wait(delay):
-                raise _Cancelled() from None
+            failures = _after_failure(exc, classify, 0 if got > before else failures, opts, stop, what,
+                                      "resuming bytes %d-%d" % (start + got, end))
         finally:
             if response is not None:
                 _close_quietly(response)
@@ -549,17 +556,8 @@ def _sequential(open_fn, classify, size, opts, stop, count, what, piece_size=_RE
         except (_Cancelled, SourceFailed):
             raise
         except Exception as exc:
-            reason = classify(exc)
-            if delivered > before:
-                failures = 0
-            failures += 1
-            if failures >= opts.attempts:
-                raise SourceFailed("%s (gave up after %d attempts)" % (reason, failures)) from None
-            delay = _backoff(opts, failures)
-            LOG.warning("data: %s: %s; resuming at byte %d in %.1f s (attempt %d of %d)", what, reason,
-                        delivered, delay, failures + 1, opts.attempts)
-            if stop.wait(delay):
-                raise _Cancelled() from None
+            failures = _after_failure(exc, classify, 0 if delivered > before else failures, opts, stop, what,
+                                      "resuming at byte %d" % delivered)
         finally:
             if response is not None:
                 _close_quietly(response)
@@ -605,15 +603,7 @@ def _with_retries(call, classify, what, opts, stop):
         try:
             return call()
         except Exception as exc:
-            reason = classify(exc)
-            failures += 1
-            if failures >= opts.attempts:
-                raise SourceFailed("%s (gave up after %d attempts)" % (reason, failures)) from None
-            delay = _backoff(opts, failures)
-            LOG.warning("data: %s: %s; retrying in %.1f s (attempt %d of %d)", what, reason, delay,
-                        failures + 1, opts.attempts)
-            if stop.wait(delay):
-                raise _Cancelled() from None
+            failures = _after_failure(exc, classify, failures, opts, stop, what, "retrying")
 
 
 def _close_quietly(response):
