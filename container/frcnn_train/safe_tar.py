@@ -226,7 +226,7 @@ class _FdSource(_ObjSource):
 
     def __init__(self, fd):
         self._fd = fd
-        self._splice = hasattr(os, "splice") and stat.S_ISFIFO(os.fstat(fd).st_mode) and not os.environ.get("FRCNN_NO_SPLICE")
+        self._splice = hasattr(os, "splice") and stat.S_ISFIFO(os.fstat(fd).st_mode)
 
     def _read(self, n):
         return os.read(self._fd, n)
@@ -268,15 +268,16 @@ def _pax_records(data):
     return records
 
 
-def _members(src):
-    """Yield ``(TarInfo, data_size)`` for each member, reading headers strictly in order; the
-    caller must consume exactly ``data_size`` bytes (padded to blocks) before the next one."""
+def _members(src, first_block):
+    """Yield ``(TarInfo, data_size)`` for each member, reading headers strictly in order from
+    ``first_block`` (read already) on; the caller must consume exactly ``data_size`` bytes (padded
+    to blocks) before the next one."""
     pax_global = {}
     longname = longlink = None
     pax = {}
     first = True
     while True:
-        buf = src.read_exact(tarfile.BLOCKSIZE)
+        buf = first_block if first else src.read_exact(tarfile.BLOCKSIZE)
         if not buf:
             if first:
                 raise tarfile.ReadError("empty file")
@@ -351,33 +352,25 @@ def _mkdirs(path, made):
     made.add(path)
 
 
-def _unlink_if_link(path):
-    try:
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _extract(src, dest, filter_every_member):
+def _extract(src, first_block, dest, filter_every_member):
     os.makedirs(dest, exist_ok=True)
     check = _Checks(dest, filter_every_member)
     root = check.dest
     stats = ExtractStats()
     made = {root}
     dir_times = []
-    for info, size in _members(src):
+    for info, size in _members(src, first_block):
         normalised, mode = check(info)
         if normalised is None:
             src.copy_to(None, _block(size))
             continue
         path = os.path.join(root, normalised)
         stats.members += 1
+        if normalised in check.symlinks:  # a member replacing an extracted symlink, not written through it
+            os.unlink(path)
+            check.symlinks.discard(normalised)
         if info.type in _REGULAR:
             _mkdirs(os.path.dirname(path), made)
-            if normalised in check.symlinks:  # a file replacing an extracted symlink
-                os.unlink(path)
-                check.symlinks.discard(normalised)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _CLOEXEC, 0o600)
             try:
                 src.copy_to(fd, size)
@@ -386,19 +379,14 @@ def _extract(src, dest, filter_every_member):
                 _set_mtime(fd, info.mtime)
             finally:
                 os.close(fd)
-            if size % tarfile.BLOCKSIZE:
-                src.copy_to(None, tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
+            src.copy_to(None, _block(size) - size)  # the padding
             stats.files += 1
             stats.bytes += size
         elif info.type == tarfile.DIRTYPE:
-            if normalised in check.symlinks:
-                os.unlink(path)
-                check.symlinks.discard(normalised)
             _mkdirs(path, made)
             dir_times.append((path, info.mtime))
-        else:  # symbolic or hard link (member_problem refused devices and FIFOs)
+        else:  # symbolic or hard link, no body (member_problem refused devices and FIFOs)
             _mkdirs(os.path.dirname(path), made)
-            _unlink_if_link(path)
             if os.path.lexists(path):
                 os.unlink(path)
             if info.issym():
@@ -407,7 +395,6 @@ def _extract(src, dest, filter_every_member):
             else:
                 target = os.path.join(root, "/".join(_parts(info.linkname)))
                 os.link(target, path, follow_symlinks=False)
-            src.copy_to(None, _block(size))
     for path, mtime in reversed(dir_times):
         _set_mtime(path, mtime)
     return stats
@@ -457,33 +444,10 @@ class _Prefixed:
 
 
 def _extract_source(src, fileobj, dest, filter_every_member):
-    head = src.read_exact(6)
+    head = src.read_exact(tarfile.BLOCKSIZE)
     if head.startswith(_COMPRESSED_MAGIC):
         return _extract_compressed(_Prefixed(head, fileobj), dest, filter_every_member)
-    return _extract(_HeadSource(head, src), dest, filter_every_member)
-
-
-class _HeadSource:
-    """A source with a few bytes already read from it in front."""
-
-    def __init__(self, head, src):
-        self._head, self._src = head, src
-
-    def read_exact(self, n):
-        if not self._head:
-            return self._src.read_exact(n)
-        data, self._head = self._head[:n], self._head[n:]
-        if len(data) < n:
-            data += self._src.read_exact(n - len(data))
-        return data
-
-    def copy_to(self, out_fd, n):
-        if self._head:
-            data = self.read_exact(min(n, len(self._head)))
-            n -= len(data)
-            if out_fd is not None:
-                write_all(out_fd, data)
-        self._src.copy_to(out_fd, n)
+    return _extract(src, head, dest, filter_every_member)
 
 
 def extract_stream(fileobj, dest, filter_every_member=False):

@@ -93,7 +93,7 @@ class FetchOptions:
     queue_chunks: int = 4  # in-order chunks buffered between the hasher and the extractor
     max_buffer_bytes: int = 256 * MIB  # cap on the chunks requested or held ahead, per tar
     extract_subprocess: bool = False  # extract in a child process fed by a pipe (safe_tar.child_main)
-    filter_every_member: bool = False  # tarfile's data filter on plain members too (safe_tar._Filter)
+    filter_every_member: bool = False  # tarfile's data filter on plain members too (safe_tar._Checks)
     attempts: int = 5  # tries per request before a source is given up
     backoff_s: float = 1.0  # first retry delay; doubles per failure, with jitter
     max_backoff_s: float = 30.0
