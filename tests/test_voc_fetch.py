@@ -368,7 +368,7 @@ def test_s3_and_http_bodies_are_received_straight_into_the_chunk_buffers(s3, mir
         assert voc_fetch._direct_readinto(response) is not None
 
 
-def test_a_content_encoded_body_is_read_through_its_decoder(monkeypatch):
+def test_a_content_encoded_body_is_read_through_its_decoder():
     class Headers(dict):
         def get(self, key, default=None):
             return super().get(key.lower(), default)
