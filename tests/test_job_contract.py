@@ -112,6 +112,34 @@ def wait_for(predicate, timeout, proc=None):
     return False
 
 
+STOP_SIGNAL_PROBE = """
+import os, signal, sys, time
+from frcnn_train import main
+main.install_stop_signals()
+child = os.fork()
+if child == 0:  # a data-loader worker, as the pool forks it
+    time.sleep(20)
+    os._exit(7)
+time.sleep(0.5)
+os.kill(child, signal.SIGTERM)  # how the pool ends its workers
+_, status = os.waitpid(child, 0)
+print("child", os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exit %d" % os.WEXITSTATUS(status))
+os.kill(os.getpid(), signal.SIGTERM)
+print("parent stop requested", main.stop_requested())
+"""
+
+
+def test_sigterm_stops_the_job_but_ends_a_forked_worker():
+    """The trainer turns SIGTERM into a stop at the next step; a forked data-loader worker must
+    not inherit that (it would outlive its pool and log a stop that nobody asked of the job)."""
+    result = subprocess.run([os.path.join(BIN, "python"), "-c", STOP_SIGNAL_PROBE], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "child %d" % signal.SIGTERM in result.stdout
+    assert "parent stop requested True" in result.stdout
+    assert result.stderr.count("received signal 15") == 1  # the parent only
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_sigterm_mid_epoch_checkpoints_and_the_next_run_resumes(job_dir, processes):
     base = make_job(job_dir, {"epochs": "2", "batch_size": str(processes), "log_interval": "1",
