@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
 from .main import load_config, report_failure, setup_logging, write_failure
+from .signals import install_for_this_process
 
 LOG = logging.getLogger("frcnn_train")
 
@@ -140,8 +141,9 @@ class StopSignal:
         self.since = None
 
     def install(self):
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
+        """In this process only: with world size 1 the job runs here, and its forked data-loader
+        workers must keep the default action (see signals.install_for_this_process)."""
+        install_for_this_process(self._handle, (signal.SIGTERM, signal.SIGINT))
 
     def _handle(self, signum, _frame):
         if self.since is None:

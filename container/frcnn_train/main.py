@@ -244,7 +244,7 @@ def run_job(config, env, dist):
     return engine.last_validation
 
 
-_STOP = {"signal": False, "pid": None}
+_STOP = {"signal": False}
 
 
 def stop_requested():
@@ -254,12 +254,6 @@ def stop_requested():
 
 
 def _on_stop_signal(signum, _frame):
-    if os.getpid() != _STOP["pid"]:  # a forked child (a data-loader worker): the default, ending it
-        import signal
-
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
     if not _STOP["signal"]:
         _STOP["signal"] = True
         LOG.warning("received signal %d: stopping at the next step boundary", signum)
@@ -267,11 +261,12 @@ def _on_stop_signal(signum, _frame):
 
 def install_stop_signals():
     """SIGTERM asks this process to stop at the next step boundary; processes forked from it
-    (data-loader workers, which their pool ends with SIGTERM) keep the default action."""
+    (data-loader workers) keep the default action."""
     import signal
 
-    _STOP["pid"] = os.getpid()
-    signal.signal(signal.SIGTERM, _on_stop_signal)
+    from .signals import install_for_this_process
+
+    install_for_this_process(_on_stop_signal, (signal.SIGTERM,))
 
 
 def materialize_parameters(net, batch, ctx):
