@@ -5,15 +5,16 @@ anything is sent; metric definitions come from the container's single source
 (frcnn_train.metrics); processes per host follow the instance type's GPU count.
 """
 
-import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from frcnn_train.config import from_hyperparameters
 from frcnn_train.errors import ConfigError
+from frcnn_train.guards import WORKING_FAMILIES, unsupported_gpu
 from frcnn_train.metrics import METRIC_DEFINITIONS
 
-# GPUs per instance for the families the stock mxnet-cu112 build can run (sm_50..sm_86).
+# GPUs per instance for the families the image can run: frcnn_train.guards.SUPPORTED_GPU_FAMILIES
+# says which and why (a test keeps this table inside that list).
 _GPUS = {
     "ml.p3.2xlarge": 1, "ml.p3.8xlarge": 4, "ml.p3.16xlarge": 8, "ml.p3dn.24xlarge": 8,
     "ml.p4d.24xlarge": 8, "ml.p4de.24xlarge": 8,
@@ -24,12 +25,18 @@ _GPUS = {
     "ml.g6.xlarge": 1, "ml.g6.2xlarge": 1, "ml.g6.4xlarge": 1, "ml.g6.8xlarge": 1,
     "ml.g6.16xlarge": 1, "ml.g6.12xlarge": 4, "ml.g6.24xlarge": 4, "ml.g6.48xlarge": 8,
 }
-_UNSUPPORTED = re.compile(r"^ml\.(p5|p5e|p5en|p6)")
 LOCAL_TYPES = ("local", "local_gpu")
 
 
 class LaunchError(ValueError):
     """A job that cannot work as asked; says what and how to fix it."""
+
+
+def refuse_unsupported_gpu(instance_type):
+    unsupported = unsupported_gpu(instance_type)
+    if unsupported:
+        raise LaunchError("%s has %s GPUs (%s), which the image's mxnet-cu112 build cannot run "
+                          "(no GPU code for them); use %s." % ((instance_type,) + unsupported + (WORKING_FAMILIES,)))
 
 
 def processes_per_host(instance_type, local_gpus=1):
@@ -38,9 +45,7 @@ def processes_per_host(instance_type, local_gpus=1):
         return 1
     if instance_type == "local_gpu":
         return local_gpus
-    if _UNSUPPORTED.match(instance_type):
-        raise LaunchError("%s has H100/H200-class GPUs (sm_90), which the image's mxnet-cu112 build "
-                          "cannot run; use ml.p3, ml.g4dn, ml.p4d, ml.g5 or ml.g6." % instance_type)
+    refuse_unsupported_gpu(instance_type)
     if instance_type in _GPUS:
         return _GPUS[instance_type]
     if instance_type.startswith(("ml.p", "ml.g")):
@@ -93,6 +98,7 @@ def _as_text(value):
 def _check(spec):
     if spec.instance_count < 1:
         raise LaunchError("instance_count must be >= 1.")
+    refuse_unsupported_gpu(spec.instance_type)  # also when processes_per_host is given
     local = spec.instance_type in LOCAL_TYPES
     if spec.use_spot_instances:
         if local:

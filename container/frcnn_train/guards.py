@@ -11,9 +11,37 @@ from .errors import EnvironmentCheckError
 
 LOG = logging.getLogger("frcnn_train")
 
-# The stock mxnet-cu112 wheel carries kernels for sm_50, 60, 70, 80 and 86 only.
-WORKING_FAMILIES = "ml.p3 (V100), ml.g4dn (T4), ml.p4d/p4de (A100), ml.g5 (A10G), ml.g6 (L4)"
-FAILING_FAMILIES = "ml.p5/p5e/p5en (H100/H200, sm_90)"
+# Which SageMaker GPU families can run the image: the stock mxnet-cu112 1.9.1 wheel carries GPU
+# code for sm_50, 60, 70, 80 and 86 only, and no PTX that a newer GPU could compile. A GPU runs
+# code built for its own major version and an equal or lower minor (T4, sm_75, runs the sm_70
+# code; L4, sm_89, the sm_86 code); H100/H200 (sm_90) and B200 (sm_100) find none ("no kernel
+# image is available"). One table for the start-up guard and the launcher (sagemaker_launch).
+# (family, GPU, compute capability)
+SUPPORTED_GPU_FAMILIES = (
+    ("ml.p3", "V100", "sm_70"), ("ml.p3dn", "V100", "sm_70"), ("ml.g4dn", "T4", "sm_75"),
+    ("ml.p4d", "A100", "sm_80"), ("ml.p4de", "A100", "sm_80"), ("ml.g5", "A10G", "sm_86"),
+    ("ml.g6", "L4", "sm_89"),
+)
+UNSUPPORTED_GPU_FAMILIES = (
+    ("ml.p5", "H100", "sm_90"), ("ml.p5e", "H200", "sm_90"), ("ml.p5en", "H200", "sm_90"),
+    ("ml.p6-b200", "B200", "sm_100"), ("ml.p6e-gb200", "GB200", "sm_100"),
+)
+WORKING_FAMILIES = ", ".join("%s (%s)" % (f, gpu) for f, gpu, _ in SUPPORTED_GPU_FAMILIES)
+FAILING_FAMILIES = ", ".join("%s (%s, %s)" % row for row in UNSUPPORTED_GPU_FAMILIES)
+
+
+def instance_family(instance_type):
+    """'ml.g5.12xlarge' -> 'ml.g5'."""
+    return ".".join((instance_type or "").lower().split(".")[:2])
+
+
+def unsupported_gpu(instance_type):
+    """(GPU, compute capability) for an instance family the image cannot run, else None."""
+    family = instance_family(instance_type)
+    for name, gpu, arch in UNSUPPORTED_GPU_FAMILIES:
+        if family == name:
+            return gpu, arch
+    return None
 
 
 def gpu_instance(instance_type):
@@ -36,7 +64,7 @@ def classify_gpu_error(message):
     if "no kernel image is available" in text or "invalid device function" in text:
         return EnvironmentCheckError(
             "this GPU's architecture is not supported by the installed MXNet build "
-            "(mxnet-cu112 1.9.1 has kernels for sm_50-sm_86 only).",
+            "(mxnet-cu112 1.9.1 has GPU code for sm_50, 60, 70, 80 and 86 only, no PTX).",
             "run on %s; %s cannot run this image." % (WORKING_FAMILIES, FAILING_FAMILIES))
     return None
 

@@ -4,8 +4,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from frcnn_train.guards import SUPPORTED_GPU_FAMILIES, UNSUPPORTED_GPU_FAMILIES, instance_family
 from frcnn_train.metrics import METRIC_DEFINITIONS
 from sagemaker_launch import JobSpec, LaunchError, build_tuner, launch, processes_per_host
+from sagemaker_launch.job import _GPUS
 
 ROLE = "arn:aws:iam::111111111111:role/SageMakerRole"
 IMAGE = "111111111111.dkr.ecr.us-east-1.amazonaws.com/frcnn-training:abc123"
@@ -66,6 +68,8 @@ def test_create_training_job_request_for_two_gpu_hosts_on_spot():
     (dict(use_spot_instances=True), "checkpoint_s3_uri"),
     (dict(use_spot_instances=True, checkpoint_s3_uri="s3://b/c", max_wait=10), "max_wait"),
     (dict(instance_type="ml.p5.48xlarge"), "sm_90"),
+    (dict(instance_type="ml.p5en.48xlarge", processes_per_host=8), "sm_90"),
+    (dict(instance_type="ml.p6-b200.48xlarge"), "B200 GPUs (sm_100)"),
 ])
 def test_invalid_jobs_are_refused_before_anything_is_sent(changes, words):
     session, captured, _ = stubbed_session()
@@ -75,6 +79,15 @@ def test_invalid_jobs_are_refused_before_anything_is_sent(changes, words):
         launch(JobSpec(**base), {"voc": "s3://b/voc/"}, wait=False, session=session)
     assert words in str(err.value)
     assert captured == {}  # nothing reached the API
+
+
+def test_the_instance_table_holds_only_families_the_image_can_run():
+    supported = {family for family, _, _ in SUPPORTED_GPU_FAMILIES}
+    assert {instance_family(name) for name in _GPUS} == supported
+    for family, gpu, arch in UNSUPPORTED_GPU_FAMILIES:
+        with pytest.raises(LaunchError) as err:
+            processes_per_host(family + ".48xlarge")
+        assert "%s GPUs (%s)" % (gpu, arch) in str(err.value) and "ml.g5 (A10G)" in str(err.value)
 
 
 def test_processes_per_host_follow_the_gpu_count():
