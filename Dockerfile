@@ -1,27 +1,33 @@
 # Faster R-CNN training image for Amazon SageMaker (GluonCV + MXNet 1.9.1 + Horovod 0.28.1).
 #
 # GPU (default):  docker build -t frcnn-training:gpu .
-# CPU (for CI):   docker build -t frcnn-training:cpu \
-#                   --build-arg BASE_IMAGE=debian:bookworm --build-arg MXNET_PACKAGE=mxnet==1.9.1 \
-#                   --build-arg HOROVOD_GPU_OPERATIONS= .
-# (`make image` builds the CPU variant on a machine that cannot pull, from a local base image.)
+# CPU:            docker build -t frcnn-training:cpu --build-arg VARIANT=cpu .
+# (`make image-gpu` and `make image` run exactly these, from a base image made locally where
+# nothing can be pulled.)
 #
-# The variants differ only in the base (CUDA 11.2 + cuDNN 8 + NCCL, or plain Debian) and the mxnet
-# package. Both run Python 3.11, so one constraints.txt pins both: Debian bookworm ships 3.11;
-# the CUDA 11.2 images are Ubuntu 20.04, which gets 3.11 from the deadsnakes archive.
+# Both variants start from Debian bookworm (Python 3.11; the last Debian with a CUDA 11 toolkit)
+# and take everything else from Debian and PyPI: no NVIDIA registry, no PPA. They differ in the
+# mxnet package (mxnet-cu112 or mxnet), the CUDA 11 runtime libraries (PyPI's nvidia-*-cu11
+# wheels, GPU only) and Horovod's GPU operations (NCCL, GPU only). Every version is pinned in
+# constraints.txt, the pin source of the local install too.
+#
+# Stages: system (apt, SSH, venv) -> stack (the pinned Python stack of the variant) ->
+# horovod-build (compiles the Horovod wheel against that stack; on GPU with Debian's CUDA 11.8
+# toolkit; never shipped) -> image (stack + that wheel + the project). Every stage serves the
+# variant being built, so the legacy builder and BuildKit do the same work.
 
-ARG BASE_IMAGE=nvidia/cuda:11.2.2-cudnn8-devel-ubuntu20.04
-FROM ${BASE_IMAGE}
+ARG BASE_IMAGE=debian:bookworm
+# gpu or cpu
+ARG VARIANT=gpu
 
-ARG MXNET_PACKAGE=mxnet-cu112==1.9.1
-ARG HOROVOD_VERSION=0.28.1
-# NCCL allreduce on GPU; empty for the CPU variant (Gloo/MPI on CPU).
-ARG HOROVOD_GPU_OPERATIONS=NCCL
+FROM ${BASE_IMAGE} AS system
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     LANG=C.UTF-8 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
     # SageMaker runs the container as root and the toolkit's MPI runner starts sshd and mpirun as
     # root, so the image stays root and tells OpenMPI that this is intended.
     OMPI_ALLOW_RUN_AS_ROOT=1 \
@@ -29,17 +35,12 @@ ENV DEBIAN_FRONTEND=noninteractive \
     MXNET_HOME=/opt/frcnn/mxnet \
     PATH=/opt/venv/bin:${PATH}
 
-# System layer: Python 3.11, compilers for Horovod, OpenMPI and SSH for the MPI runner, the
-# libraries OpenCV needs.
+# Python 3.11, compilers (Horovod, mpi4py), OpenMPI and SSH for the MPI runner, OpenCV's libraries.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates gnupg curl \
- && if ! apt-cache show python3.11 >/dev/null 2>&1; then \
-      apt-get install -y --no-install-recommends software-properties-common \
-      && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update; \
-    fi \
  && apt-get install -y --no-install-recommends \
+      ca-certificates curl \
       python3.11 python3.11-dev python3.11-venv \
-      build-essential g++ make git \
+      build-essential g++ make \
       openmpi-bin libopenmpi-dev openssh-server openssh-client \
       libgl1 libglib2.0-0 libgomp1 procps iproute2 \
  && rm -rf /var/lib/apt/lists/*
@@ -54,25 +55,41 @@ RUN mkdir -p /var/run/sshd /root/.ssh \
  && printf "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n" > /root/.ssh/config \
  && sed -i 's/^#\?PermitRootLogin.*/PermitRootLogin prohibit-password/' /etc/ssh/sshd_config
 
-# Python layer: the same pins as the local install (constraints.txt).
+RUN python3.11 -m venv /opt/venv
+
+# The pinned Python stack of the variant (docker/install-stack.sh): mxnet(-cu112), GluonCV, on GPU
+# the CUDA 11 runtime libraries registered with ldconfig, Horovod's runtime dependencies, the
+# SageMaker training toolkit and mpi4py.
+FROM system AS stack
+ARG VARIANT
 COPY constraints.txt /opt/frcnn/constraints.txt
-RUN python3.11 -m venv /opt/venv \
- && pip install -q -c /opt/frcnn/constraints.txt pip setuptools wheel cmake \
- && pip install -q -c /opt/frcnn/constraints.txt "${MXNET_PACKAGE}" numpy gluoncv \
- && pip install -q -c /opt/frcnn/constraints.txt cloudpickle psutil pyyaml packaging
+COPY docker/install-stack.sh /opt/frcnn/docker/install-stack.sh
+RUN sh /opt/frcnn/docker/install-stack.sh "${VARIANT}"
 
-# Horovod, compiled against the mxnet above with MXNet, MPI, Gloo (and NCCL on GPU). A wheel
-# placed in docker/wheels/ by `make image` (built on a machine with the same Debian, Python and
-# mxnet) is used when it matches; otherwise pip builds from source.
-COPY docker/wheels/ /opt/frcnn/wheels/
-RUN HOROVOD_WITH_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
-    HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 \
-    HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS} \
-    pip install -q --no-cache-dir --no-build-isolation --no-deps \
-      --find-links /opt/frcnn/wheels "horovod==${HOROVOD_VERSION}" \
- && rm -rf /opt/frcnn/wheels
+# Builder, never shipped: the Horovod wheel, compiled against the mxnet above (MXNet, MPI, Gloo;
+# NCCL on GPU with nvcc from Debian's non-free nvidia-cuda-toolkit 11.8). On GPU it also keeps
+# NVIDIA's stub libcuda for the image's build check and smoke test.
+FROM stack AS horovod-build
+ARG VARIANT
+COPY docker/build-horovod.sh /opt/frcnn/docker/build-horovod.sh
+RUN sh /opt/frcnn/docker/build-horovod.sh "${VARIANT}"
 
-RUN pip install -q -c /opt/frcnn/constraints.txt sagemaker-training==5.1.4 mpi4py
+FROM stack AS image
+ARG VARIANT
+# As in NVIDIA's CUDA images: the NVIDIA container runtime (SageMaker's GPU hosts, docker run
+# --gpus) mounts the host's driver (libcuda) and GPUs. The image has no driver library of its
+# own on the loader path. (Inert in the CPU variant, whose mxnet never loads the driver.)
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    FRCNN_IMAGE_VARIANT=${VARIANT}
+
+COPY --from=horovod-build /opt/frcnn/dist/ /opt/frcnn/dist/
+RUN pip install -q --no-deps /opt/frcnn/dist/horovod-*.whl && rm -rf /opt/frcnn/dist
+
+# NVIDIA's stub libcuda (GPU variant; the folder is empty on CPU), deliberately off the loader
+# path: only the build check below and CPU smoke tests name it (LD_LIBRARY_PATH on one command),
+# so that mxnet-cu112 imports where no driver is mounted. At run time the host's driver serves.
+COPY --from=horovod-build /opt/frcnn/cuda-stub/ /opt/frcnn/cuda-stub/
 
 # Optional: backbone weights baked in outside /opt/ml (put GluonCV .params files into
 # docker/pretrained/ before building); otherwise they come through the 'pretrained' channel.
@@ -81,12 +98,13 @@ ENV FRCNN_PRETRAINED_DIR=/opt/frcnn/pretrained
 
 # The project itself, last: it changes most often. Its `train` replaces the toolkit's on PATH.
 COPY container/ /opt/frcnn/container/
-RUN pip install -q -c /opt/frcnn/constraints.txt --no-build-isolation --no-deps /opt/frcnn/container \
+RUN pip install -q -c /opt/frcnn/constraints.txt --no-build-isolation /opt/frcnn/container \
  && rm -rf /opt/frcnn/container/build
 
-# Build-time check: imports, Horovod built with MXNet, pip check, the model builds offline.
+# Build-time check: the variant's mxnet and Horovod, every shared library resolves, pip check,
+# the networks build offline (docker/build_check.py).
 COPY docker/build_check.py /opt/frcnn/build_check.py
-RUN python /opt/frcnn/build_check.py
+RUN LD_LIBRARY_PATH=/opt/frcnn/cuda-stub python /opt/frcnn/build_check.py --variant "${VARIANT}"
 
 WORKDIR /opt/ml
 ENTRYPOINT []

@@ -22,8 +22,10 @@ IMAGE ?= frcnn-training:cpu
 PRETRAINED ?=
 GPU_IMAGE ?= frcnn-training:gpu
 BASE_IMAGE ?= frcnn-base:bookworm
+# NVIDIA's stub driver library inside the GPU image, off its loader path (see Dockerfile).
+CUDA_STUB := /opt/frcnn/cuda-stub
 
-.PHONY: venv sdk-venv sysdeps run test bench image image-gpu smoke engine clean
+.PHONY: venv sdk-venv sysdeps run test bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
 venv: $(STAMP)
 
 # OpenMPI (mpirun, and headers for Horovod's MPI controller) comes from the system.
@@ -64,10 +66,10 @@ $(SDK_STAMP): constraints-sdk.txt Makefile sagemaker_launch/pyproject.toml
 	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt -e sagemaker_launch
 	touch $@
 
-# Everything: unit, functional, and container tests (the engine is started and the CPU image built
+# Everything: unit, functional, and container tests (the engine is started and both images built
 # first; where no engine can run at all, the container tests skip with a loud message).
 test: $(STAMP) $(SDK_STAMP)
-	if bash docker/ensure-engine.sh; then $(MAKE) image; \
+	if bash docker/ensure-engine.sh; then $(MAKE) image image-gpu; \
 	else echo "WARNING: no Docker engine could be started: container tests will be skipped"; fi
 	$(PY) -m pytest -q tests
 	SAGEMAKER_SUPPRESS_V2_WARNING=1 $(SDK_VENV)/bin/python -m pytest -q sagemaker_launch/tests
@@ -78,26 +80,33 @@ bench: $(STAMP)
 engine:
 	bash docker/ensure-engine.sh
 
-# The CPU image, on a machine like ours: start an engine if none answers, make the base image
-# locally when it cannot be pulled, reuse the Horovod wheel built for the local install.
-# With BASE_IMAGE=debian:bookworm (a machine that can pull, e.g. CodeBuild) nothing is made locally.
-image: engine
+# The images, on a machine like ours: start an engine if none answers and make the base image
+# locally when it cannot be pulled. With BASE_IMAGE=debian:bookworm (a machine that can pull, e.g.
+# CodeBuild) nothing is made locally. Both variants are the one Dockerfile, differing only in
+# VARIANT; every part of them (the Horovod wheel too) is built inside the build, from Debian and
+# PyPI, so no build depends on a file left over from another.
+base-image: engine
 	if [ "$(BASE_IMAGE)" = "frcnn-base:bookworm" ]; then bash docker/make-base-image.sh $(BASE_IMAGE); fi
-	rm -f docker/wheels/*.whl
-	if ls $(WHEELHOUSE)/horovod-*.whl >/dev/null 2>&1; then cp $(WHEELHOUSE)/horovod-*.whl docker/wheels/; fi
+
+pretrained:
 	if [ -n "$(PRETRAINED)" ]; then cp "$(PRETRAINED)" docker/pretrained/; fi
-	docker build -t $(IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE) \
-	  --build-arg MXNET_PACKAGE=mxnet==1.9.1 --build-arg HOROVOD_GPU_OPERATIONS= .
+
+image: base-image pretrained
+	docker build -t $(IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg VARIANT=cpu .
+
+image-gpu: base-image pretrained
+	docker build -t $(GPU_IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg VARIANT=gpu .
 
 # A whole job inside the image on its built-in generated dataset (CI smoke test).
+SMOKE_JOB := frcnn-run --output /tmp/smoke --set epochs=1 --set batch_size=1 --set short=128 \
+	--set max_size=176 --set num_workers=0
 smoke: engine
-	docker run --rm --shm-size 1g $(IMAGE) frcnn-run --output /tmp/smoke --set epochs=1 \
-	  --set batch_size=1 --set short=128 --set max_size=176 --set num_workers=0
+	docker run --rm --shm-size 1g $(IMAGE) $(SMOKE_JOB)
 
-# The GPU image (needs a machine that can pull nvidia/cuda:11.2.2-cudnn8-devel-ubuntu20.04).
-image-gpu: engine
-	if [ -n "$(PRETRAINED)" ]; then cp "$(PRETRAINED)" docker/pretrained/; fi
-	docker build -t $(GPU_IMAGE) .
+# The same job in the GPU image on CPU: NVIDIA's stub libcuda stands in for the host's driver
+# (named for this one command; the image keeps it off its loader path).
+smoke-gpu: engine
+	docker run --rm --shm-size 1g -e LD_LIBRARY_PATH=$(CUDA_STUB) $(GPU_IMAGE) $(SMOKE_JOB)
 
 clean:
 	rm -rf $(VENV) out

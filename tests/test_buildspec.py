@@ -1,4 +1,5 @@
-"""buildspec.yml: valid CodeBuild syntax, and every command it names exists in the repository."""
+"""buildspec.yml: valid CodeBuild syntax, every command it names exists in the repository, and it
+builds the images exactly as our CI does (the same make targets, the one Dockerfile)."""
 
 import os
 import re
@@ -22,6 +23,20 @@ def make_targets():
             if match:
                 targets.add(match.group(1))
     return targets
+
+
+def recipe(target):
+    """The shell lines of a Makefile target."""
+    lines, inside = [], False
+    with open(os.path.join(ROOT, "Makefile")) as handle:
+        for line in handle:
+            if re.match(r"^%s:(?!=)" % re.escape(target), line):
+                inside = True
+            elif inside and line.startswith("\t"):
+                lines.append(line.strip())
+            elif inside:
+                break
+    return lines
 
 
 def commands(spec):
@@ -63,9 +78,46 @@ def test_every_command_it_names_exists():
 
 
 def test_it_builds_both_variants_smoke_tests_and_pushes_the_gpu_image_by_commit():
-    text = "\n".join(commands(load()))
+    spec = load()
+    text = "\n".join(commands(spec))
     assert "make image-gpu" in text and "make image " in text and "make smoke" in text
+    assert "pytest -q tests/test_gpu_image.py" in "\n".join(spec["phases"]["build"]["commands"])
+    # A failed test aborts the build: post_build (the push) would otherwise still run.
+    assert spec["phases"]["build"].get("on-failure") == "ABORT"
+    assert spec["phases"]["pre_build"].get("on-failure") == "ABORT"
     assert re.search(r"docker push \$\{ECR_REGISTRY\}/\$\{ECR_REPOSITORY\}:\$\{IMAGE_TAG\}", text)
     assert "CODEBUILD_RESOLVED_SOURCE_VERSION" in text
     assert not re.search(r"\d{12}\.dkr\.ecr", text)  # no account baked in
     assert "AWS_SECRET" not in open(os.path.join(ROOT, "buildspec.yml")).read()
+
+
+def test_both_images_come_from_the_one_dockerfile_on_debian_bookworm():
+    spec = load()
+    assert spec["env"]["variables"]["BASE_IMAGE"] == "debian:bookworm"
+    text = "\n".join(commands(spec))
+    assert re.search(r"make image-gpu .*BASE_IMAGE=\$\{BASE_IMAGE\}", text)
+    assert re.search(r"make image .*BASE_IMAGE=\$\{BASE_IMAGE\}", text)
+    builds = {}
+    for target in ("image", "image-gpu"):
+        lines = [l for l in recipe(target) if l.startswith("docker build")]
+        assert len(lines) == 1, target
+        words = shlex.split(lines[0])
+        assert "-f" not in words and "--file" not in words and words[-1] == ".", lines[0]
+        assert "BASE_IMAGE=$(BASE_IMAGE)" in words, lines[0]
+        builds[target] = words
+    assert "VARIANT=cpu" in builds["image"] and "VARIANT=gpu" in builds["image-gpu"]
+    # The two builds differ only in the tag and the variant.
+    strip = lambda words: [w for w in words if w not in ("$(IMAGE)", "$(GPU_IMAGE)") and "VARIANT=" not in w]
+    assert strip(builds["image"]) == strip(builds["image-gpu"])
+    dockerfile = open(os.path.join(ROOT, "Dockerfile")).read()
+    assert re.search(r"^ARG BASE_IMAGE=debian:bookworm$", dockerfile, re.M)
+    assert re.search(r"^ARG VARIANT=gpu$", dockerfile, re.M)  # a plain `docker build .` is the GPU image
+    for gone in ("nvidia/cuda", "ppa:", "add-apt-repository", "docker/wheels"):
+        assert gone not in dockerfile, gone
+
+
+def test_no_image_build_takes_a_wheel_from_outside_the_build():
+    # Horovod is compiled inside the build for the variant being built: the GPU image can never
+    # pick up the CPU wheel the local install made.
+    for target in ("image", "image-gpu", "base-image", "pretrained"):
+        assert not any("whl" in line or "WHEELHOUSE" in line for line in recipe(target)), target
