@@ -39,3 +39,36 @@ def run_rank_job(base, timeout=600, extra_env=None):
 @pytest.fixture
 def job_dir(tmp_path):
     return tmp_path / "opt_ml"
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """moto's S3 server on an ephemeral loopback port."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    yield "http://%s:%d" % server.get_host_and_port()
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server, monkeypatch, tmp_path):
+    """A fresh bucket on the loopback moto endpoint; boto3 reaches it through AWS_ENDPOINT_URL_S3."""
+    import uuid
+
+    import boto3
+
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "HTTP_PROXY", "HTTPS_PROXY",
+                "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    client = boto3.client("s3")
+    bucket = "voc-%s" % uuid.uuid4().hex[:12]
+    client.create_bucket(Bucket=bucket)
+    return client, bucket

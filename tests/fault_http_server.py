@@ -4,8 +4,12 @@ It answers GET with Range (``bytes=a-b``, ``a-``, ``-n``) by 206, unless ``range
 records every request with the bytes it really sent, so tests can check resumption and that each
 byte was fetched once. Faults per path: a fixed status (500, 404, ...), a connection dropped after N
 body bytes for the next ``times`` requests, a stall (N body bytes, then silence for ``stall_s``
-before closing), or other bytes than the real ones (set them with :meth:`FaultServer.put`).
+before closing), a drip (one byte every ``drip_s`` seconds), or other bytes than the real ones (set
+them with :meth:`FaultServer.put`). Each file has an ETag, and ``If-Range`` with another validator
+gets the whole file (200), as HTTP says.
 """
+
+import hashlib
 
 import re
 import socket
@@ -28,11 +32,12 @@ class FaultServer:
     def put(self, path, data):
         self.files["/" + path.lstrip("/")] = bytes(data)
 
-    def fail(self, path, status=None, drop_after=None, times=1, stall_s=0.0):
+    def fail(self, path, status=None, drop_after=None, times=1, stall_s=0.0, drip_s=0.0):
         """status: answer it every time; drop_after: after N body bytes close the connection (or,
-        with ``stall_s``, go silent that long first), for the next ``times`` GETs."""
+        with ``stall_s``, go silent that long first), for the next ``times`` GETs; drip_s: send
+        the body one byte at a time, every ``drip_s`` seconds, until the client goes away."""
         self._faults["/" + path.lstrip("/")] = {"status": status, "drop_after": drop_after, "times": times,
-                                                "stall_s": stall_s}
+                                                "stall_s": stall_s, "drip_s": drip_s}
 
     def url(self, path=""):
         host, port = self._httpd.server_address[:2]
@@ -87,7 +92,10 @@ class FaultServer:
                     return
                 size = len(data)
                 start, end, status = 0, size - 1, 200
+                etag = '"%s"' % hashlib.sha1(data).hexdigest()[:16]
                 wanted = self.headers.get("Range")
+                if self.headers.get("If-Range") not in (None, etag):
+                    wanted = None  # the client's copy is of another version: send it all
                 if wanted and server.ranges:
                     match = re.fullmatch(r"bytes=(\d*)-(\d*)", wanted.strip())
                     if not match or (not match.group(1) and not match.group(2)):
@@ -111,6 +119,7 @@ class FaultServer:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/x-tar")
                 self.send_header("Content-Length", str(len(body)))
+                self.send_header("ETag", etag)
                 if server.ranges:
                     self.send_header("Accept-Ranges", "bytes")
                 if status == 206:
@@ -118,6 +127,19 @@ class FaultServer:
                 self.end_headers()
                 if head:
                     self._record(status, start, end, 0)
+                    return
+                if fault.get("drip_s"):
+                    entry = self._record(status, start, end, 0)
+                    try:
+                        for index in range(len(body)):
+                            self.wfile.write(body[index:index + 1])
+                            self.wfile.flush()
+                            with server._lock:
+                                entry["sent"] += 1
+                            time.sleep(fault["drip_s"])
+                    except OSError:  # the client gave up
+                        pass
+                    self.close_connection = True
                     return
                 drop = None
                 with server._lock:

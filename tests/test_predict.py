@@ -49,10 +49,10 @@ def pixels(path):
         return np.asarray(img.convert("RGB")).astype(int)
 
 
-def make_tar(path, model_dir, arc_root=".", names=predict.REQUIRED_FILES, extra=()):
+def make_tar(path, model_dir, arc_root=".", names=predict.REQUIRED_FILES, extra=(), fmt=tarfile.GNU_FORMAT):
     """A model.tar.gz as SageMaker packs the model directory (files at the top, or under
     ``arc_root``), plus ``extra`` (TarInfo, data) members appended after the real files."""
-    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+    with tarfile.open(path, "w:gz", compresslevel=1, format=fmt) as tar:
         for name in names:
             tar.add(os.path.join(model_dir, name), arcname=os.path.join(arc_root, name))
         for info, data in extra:
@@ -76,6 +76,8 @@ def member(name, data=b"owned\n", kind=tarfile.REGTYPE, target=""):
     info.type = kind
     info.linkname = target
     info.size = len(data) if kind == tarfile.REGTYPE else 0
+    if "\x00" in name:  # a pax path keeps the NUL (a ustar name would end there)
+        info.pax_headers = {"path": name}
     return info, data if kind == tarfile.REGTYPE else None
 
 
@@ -113,8 +115,8 @@ def test_archive_extracts_only_the_model_files(model_dir, tmp_path):
     archive = make_tar(str(tmp_path / "model.tar.gz"), model_dir, "model",
                        names=predict.REQUIRED_FILES + ("history.json",),
                        extra=[member("model/notes/readme.txt")])
-    target = tmp_path / "x"
-    predict.safe_extract(archive, str(target))
+    target = predict.extract_model_files(archive, str(tmp_path))
+    assert os.path.dirname(target) == str(tmp_path)
     found = sorted(os.path.relpath(os.path.join(d, f), target) for d, _, fs in os.walk(target) for f in fs)
     assert found == sorted(os.path.join("model", n) for n in predict.REQUIRED_FILES)
 
@@ -126,9 +128,15 @@ def test_archive_extracts_only_the_model_files(model_dir, tmp_path):
     member("evil-link", kind=tarfile.SYMTYPE, target="../evil"),
     member("evil-hardlink", kind=tarfile.LNKTYPE, target="model.params"),
     member("evil-fifo", kind=tarfile.FIFOTYPE),
-], ids=["dotdot", "nested-dotdot", "absolute", "symlink", "hardlink", "fifo"])
+    member("model/classes.json", kind=tarfile.GNUTYPE_SPARSE),
+    member("model/na\x00me.json", data=b"x"),
+    member("model/classes.json", data=b" " * ((1 << 20) + 1)),
+    member("model/classes.json", data=b"[]"),
+], ids=["dotdot", "nested-dotdot", "absolute", "symlink", "hardlink", "fifo", "sparse", "nul-in-name",
+        "oversized-classes", "duplicate"])
 def test_unsafe_archive_is_refused_and_nothing_is_written(model_dir, tmp_path, monkeypatch, bad):
-    archive = make_tar(str(tmp_path / "model.tar.gz"), model_dir, names=SMALL, extra=[bad])
+    archive = make_tar(str(tmp_path / "model.tar.gz"), model_dir, arc_root="model", names=SMALL, extra=[bad],
+                       fmt=tarfile.PAX_FORMAT)
     scratch = tmp_path / "scratch" / "tmp"
     scratch.mkdir(parents=True)
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -280,3 +288,13 @@ def test_corrupt_export_is_refused(model_dir, tmp_path):
         (broken / name).write_bytes(data[:100] if name == predict.PARAMS_FILE else data)
     with pytest.raises(predict.PredictError, match="cannot load the exported network"):
         predict.load_model(str(broken))
+
+
+def test_an_oversized_classes_file_in_a_model_directory_is_refused(model_dir, tmp_path):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in predict.REQUIRED_FILES:
+        (copy / name).write_bytes(open(os.path.join(model_dir, name), "rb").read())
+    (copy / predict.CLASSES_FILE).write_bytes(b"[" + b" " * (1 << 20) + b"]")
+    with pytest.raises(predict.PredictError, match="classes.json is larger than 1048576 bytes"):
+        predict.load_model(str(copy))

@@ -17,6 +17,7 @@ import numpy as np
 
 from .config import voc_splits
 from .errors import DataError
+from .voc_layout import find_devkit
 
 
 def split_sorted_bucket_sampler_class():
@@ -113,22 +114,6 @@ class Datasets:
     val: object
     classes: tuple
     aspect_ratios: list
-
-
-def find_devkit(root, years=()):
-    """The directory holding VOC<year> folders: root itself, root/VOCdevkit, or one level below."""
-    candidates = [root, os.path.join(root, "VOCdevkit")]
-    if os.path.isdir(root):
-        candidates += [os.path.join(root, d) for d in sorted(os.listdir(root))]
-        candidates += [os.path.join(root, d, "VOCdevkit") for d in sorted(os.listdir(root))]
-    for cand in candidates:
-        if os.path.isdir(cand) and all(os.path.isdir(os.path.join(cand, "VOC%d" % y)) for y in years) \
-                and any(n.startswith("VOC") for n in os.listdir(cand)):
-            return cand
-    raise DataError(
-        "no VOCdevkit with %s found under %s." % (", ".join("VOC%d" % y for y in years) or "VOC<year>", root),
-        "provide the VOC tars or an extracted VOCdevkit in the 'voc' channel, or adjust train_splits/val_splits.",
-    )
 
 
 def _check_split_files(devkit, splits):

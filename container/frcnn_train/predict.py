@@ -15,10 +15,11 @@ import os
 import posixpath
 import shutil
 import sys
-import tarfile
 import tempfile
 import warnings
 import zlib
+
+from . import archive
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -54,6 +55,12 @@ class Model:
 
 # --- loading ---------------------------------------------------------------------------------
 
+# What a model archive may hold: regular files and directories, bounded; the small JSON files
+# are read whole, so they are capped well below anything a real model writes.
+FILE_CAPS = {CLASSES_FILE: 1 << 20, CONFIG_FILE: 1 << 20, SYMBOL_FILE: 64 << 20}
+MODEL_LIMITS = archive.Limits(max_members=100_000, max_bytes=16 << 30, file_caps=FILE_CAPS)
+
+
 def load_model(path, ctx=None):
     """Load a model directory or a ``model.tar.gz`` (extracted safely into a temporary directory,
     removed again once the model is in memory). Raises PredictError when it is not a model."""
@@ -61,48 +68,34 @@ def load_model(path, ctx=None):
         raise PredictError("model not found: %s" % path)
     if os.path.isdir(path):
         return _load_directory(path, path, ctx)
-    if not os.path.isfile(path) or not tarfile.is_tarfile(path):
+    if not os.path.isfile(path):
         raise PredictError("not a model: %s is neither a model directory nor a model.tar.gz" % path)
     tmp = tempfile.mkdtemp(prefix="frcnn-predict-")
     try:
-        safe_extract(path, tmp)
-        return _load_directory(_find_model_dir(tmp, path), path, ctx)
+        extracted = extract_model_files(path, tmp)
+        return _load_directory(_find_model_dir(extracted, path), path, ctx)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def safe_extract(archive, destination):
-    """Extract the model files of a tar archive into ``destination``, refusing the whole archive
-    when any member has an absolute path, a ``..`` component, or is a link or a special file."""
+def extract_model_files(path, parent):
+    """Extract the files inference reads from a model archive into a new directory under
+    ``parent`` (returned), through :mod:`frcnn_train.archive`: the whole archive is refused when
+    any member is a link, a special file, has an unsafe name or is over its size cap. A job's
+    archive also holds model.params and model-best.params (twice the export): they are skipped."""
+    def wanted(member):
+        return member.isfile() and posixpath.basename(member.name) in REQUIRED_FILES
+
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            for member in members:
-                name = member.name
-                parts = name.replace("\\", "/").split("/")
-                if name.startswith(("/", "\\")) or os.path.isabs(name) or (len(name) > 1 and name[1] == ":"):
-                    raise PredictError("unsafe model archive %s: member %r has an absolute path"
-                                       % (archive, name))
-                if ".." in parts:
-                    raise PredictError("unsafe model archive %s: member %r leaves the archive "
-                                       "directory (..)" % (archive, name))
-                if member.issym() or member.islnk():
-                    raise PredictError("unsafe model archive %s: member %r is a link"
-                                       % (archive, name))
-                if not (member.isfile() or member.isdir()):
-                    raise PredictError("unsafe model archive %s: member %r is not a regular file"
-                                       % (archive, name))
-            # Only what inference reads: a job's archive also holds model.params and
-            # model-best.params, twice the size of the export.
-            wanted = [m for m in members if m.isfile() and posixpath.basename(m.name) in REQUIRED_FILES]
-            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 (and 3.8.17/3.9.17/3.10.12)
-                tar.extractall(destination, members=wanted, filter="data")
-            else:  # the checks above already refuse what the "data" filter would
-                tar.extractall(destination, members=wanted)
-    except PredictError:
-        raise
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise PredictError("cannot read model archive %s: %s" % (archive, _one_line(exc))) from exc
+        with open(path, "rb") as handle:
+            return archive.extract(handle, parent, limits=MODEL_LIMITS, select=wanted).path
+    except archive.UnsafeArchive as exc:
+        raise PredictError("unsafe model archive %s: %s" % (path, exc.reason)) from None
+    except archive.UnreadableArchive as exc:
+        raise PredictError("not a model: %s is neither a model directory nor a model.tar.gz (%s)"
+                           % (path, exc.reason)) from None
+    except OSError as exc:
+        raise PredictError("cannot read model archive %s: %s" % (path, _one_line(exc))) from exc
 
 
 def _find_model_dir(root, archive):
@@ -117,6 +110,9 @@ def _find_model_dir(root, archive):
 
 
 def _read_json(path, source):
+    cap = FILE_CAPS.get(os.path.basename(path))
+    if cap is not None and os.path.getsize(path) > cap:
+        raise PredictError("invalid model %s: %s is larger than %d bytes" % (source, os.path.basename(path), cap))
     try:
         with open(path) as handle:
             return json.load(handle)

@@ -7,11 +7,18 @@ ratios vary so the aspect-ratio bucketing of the sampler has something to sort.
 """
 
 import argparse
+import hashlib
+import io
 import os
 import random
+import shutil
+import tarfile
+import tempfile
 from xml.etree import ElementTree as ET
 
 from PIL import Image, ImageDraw, ImageFilter
+
+from .voc_layout import VOC_TAR_MB
 
 SHAPES = ("circle", "square", "triangle")
 _SIZES = ((160, 120), (120, 160), (176, 128), (144, 144), (200, 120))
@@ -126,6 +133,95 @@ def generate(root, train_2007=48, test_2007=24, train_2012=24, classes=SHAPES, s
     if train_2012:
         write_year(devkit, 2012, {"trainval": train_2012}, classes, rng, "2008_%06d")
     return devkit
+
+
+_TAR_MTIME = 1194307200  # 2007-11-06
+
+
+def _tar_info(name, size=0, is_dir=False):
+    info = tarfile.TarInfo(name)
+    info.mtime = _TAR_MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if is_dir:
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+    else:
+        info.size, info.mode = size, 0o644
+    return info
+
+
+def file_sha1(path):
+    digest = hashlib.sha1()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(4 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def make_voc_tars(directory, train_2007=48, test_2007=24, train_2012=24, seed=0, pad_bytes=0,
+                  pad_file_bytes=110_000, classes=None):
+    """Write the three VOC tars (for tests, benchmarks and demo jobs), built from :func:`frcnn_train.synthetic_voc.generate`, into
+    ``directory`` and return {tar name: sha1}.
+
+    Members are ``VOCdevkit/VOC2007/...`` and ``VOCdevkit/VOC2012/...`` as in the real tars (2007
+    trainval: its images, annotations and trainval/train/val lists; 2007 test: the test images and
+    test.txt; 2012: all of VOC2012). ``pad_bytes`` adds random-content ``pad_*.jpg`` files (listed in
+    no split) shared out like the real tar sizes, for transfer benchmarks. Deterministic per seed.
+    """
+    os.makedirs(directory, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".gen-", dir=directory)
+    try:
+        devkit = generate(work, train_2007, test_2007, train_2012, classes=tuple(classes or SHAPES), seed=seed)
+
+        def ids(year, split):
+            path = os.path.join(devkit, "VOC%d" % year, "ImageSets", "Main", split + ".txt")
+            with open(path) as handle:
+                return [line.strip() for line in handle if line.strip()]
+
+        plan = [("VOCtrainval_06-Nov-2007.tar", 2007, ids(2007, "trainval"), ("trainval", "train", "val")),
+                ("VOCtest_06-Nov-2007.tar", 2007, ids(2007, "test"), ("test",))]
+        if train_2012:
+            plan.append(("VOCtrainval_11-May-2012.tar", 2012, ids(2012, "trainval"), ("trainval", "train", "val")))
+        rng = random.Random(seed + 7919)
+        pool = rng.randbytes(8 << 20) if pad_bytes else b""
+        weights = sum(VOC_TAR_MB[p[0]] for p in plan)
+        checksums = {}
+        for name, year, image_ids, splits in plan:
+            base = "VOCdevkit/VOC%d" % year
+            target = os.path.join(directory, name)
+            tmp = target + ".tmp"
+            with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as archive:
+                for folder in ("VOCdevkit", base, base + "/Annotations", base + "/ImageSets",
+                               base + "/ImageSets/Main", base + "/JPEGImages"):
+                    archive.addfile(_tar_info(folder, is_dir=True))
+                src = os.path.join(devkit, "VOC%d" % year)
+                for image_id in image_ids:
+                    for sub, ext in (("Annotations", ".xml"), ("JPEGImages", ".jpg")):
+                        path = os.path.join(src, sub, image_id + ext)
+                        with open(path, "rb") as handle:
+                            archive.addfile(_tar_info("%s/%s/%s%s" % (base, sub, image_id, ext),
+                                                      os.path.getsize(path)), handle)
+                for split in splits:
+                    path = os.path.join(src, "ImageSets", "Main", split + ".txt")
+                    with open(path, "rb") as handle:
+                        archive.addfile(_tar_info("%s/ImageSets/Main/%s.txt" % (base, split),
+                                                  os.path.getsize(path)), handle)
+                share = pad_bytes * VOC_TAR_MB[name] // weights if pad_bytes else 0
+                index = 0
+                while share > 0:
+                    size = min(share, max(1, int(pad_file_bytes * (0.5 + rng.random()))))
+                    start = rng.randrange(0, len(pool) - size) if size < len(pool) else 0
+                    data = pool[start:start + size] if size <= len(pool) else rng.randbytes(size)
+                    tag = name.split("_")[0][3:].lower()  # trainval / test: unique across the tars
+                    archive.addfile(_tar_info("%s/JPEGImages/pad_%d_%s_%07d.jpg" % (base, year, tag, index),
+                                              len(data)), io.BytesIO(data))
+                    share -= len(data)
+                    index += 1
+            os.replace(tmp, target)
+            checksums[name] = file_sha1(target)
+        return checksums
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def cli(argv=None):

@@ -1,0 +1,240 @@
+"""Extracting untrusted tar archives: Python's ``tarfile`` under a policy made for datasets and models.
+
+Datasets of images and model tarballs need regular files and directories, nothing else. So the
+policy is stricter than tarfile's ``data`` filter, and checked for every member before a single
+byte is written:
+
+* only regular files and directories; a symbolic or hard link, a device, a FIFO, a sparse file or
+  any other member type refuses the whole archive, with a message naming the member;
+* names relative, with no ``..`` component, no NUL byte, at most 1,024 bytes and 255 per component;
+  a name given twice (other than a directory) or a file used as a directory refuses it too;
+* the number of members and the total expanded bytes are bounded, and the free-disk check counts
+  expanded bytes (a gzip stream cannot get around it);
+* modes are normalised (files 0644, directories 0755), the owner is never applied.
+
+Then tarfile extracts, with its ``data`` filter as a second layer (the stdlib's where the Python
+has it, else the ``backports.tarfile`` package: Debian's Python 3.11.2 predates the filters), into a
+fresh private directory (0700) that the caller moves into place only once the whole archive
+extracted and the tree was checked again (regular files and directories only).
+"""
+
+import os
+import posixpath
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional
+
+NAME_MAX_BYTES = 1024  # well under PATH_MAX with the target directory in front
+COMPONENT_MAX_BYTES = 255
+_COPY_BUFFER = 1 << 20
+_KINDS = (("issym", "a symbolic link"), ("islnk", "a hard link"), ("ischr", "a character device"),
+          ("isblk", "a block device"), ("isfifo", "a FIFO"))
+
+
+def tarfile_module():
+    """The stdlib ``tarfile`` where it has extraction filters (3.11.4+), else ``backports.tarfile``."""
+    import tarfile
+
+    if hasattr(tarfile, "data_filter"):
+        return tarfile
+    from backports import tarfile as backport
+
+    return backport
+
+
+class ArchiveError(Exception):
+    """The archive cannot be used; ``reason`` is one short sentence for messages."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class UnsafeArchive(ArchiveError):
+    """A member the policy refuses (the whole archive is refused, nothing of it is kept)."""
+
+
+class UnreadableArchive(ArchiveError):
+    """Not a tar, truncated or corrupt."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_members: int = 2_000_000
+    max_bytes: int = 1 << 40  # total expanded bytes
+    # Per-file caps by base name (e.g. {"classes.json": 1 MiB}); other files have max_bytes.
+    file_caps: Mapping[str, int] = None
+
+
+@dataclass(frozen=True)
+class Extracted:
+    path: str  # the private directory holding the tree
+    files: int
+    bytes: int
+
+
+def _kind(info):
+    if info.issparse() or info.type == b"S":  # GNU sparse (pax sparse members only set .sparse)
+        return "a sparse file"
+    for test, kind in _KINDS:
+        if getattr(info, test)():
+            return kind
+    if info.isreg() or info.isdir():
+        return None
+    return "an unsupported member type (%r)" % info.type.decode("latin-1", "replace")
+
+
+def member_problem(info):
+    """Why the policy refuses this member, or None. Pure: looks at the header only."""
+    kind = _kind(info)
+    if kind:
+        target = " (to %r)" % info.linkname if info.issym() or info.islnk() else ""
+        return "is %s%s; only regular files and directories are allowed" % (kind, target)
+    name = info.name
+    if "\x00" in name:
+        return "has a NUL byte in its name"
+    if not name or name.startswith("/") or name.startswith("\\") or (len(name) > 1 and name[1] == ":"):
+        return "has an absolute or empty name"
+    parts = name.split("/")
+    if ".." in parts:
+        return "has a '..' component"
+    try:
+        encoded = [p.encode("utf-8", "surrogateescape") for p in parts]
+    except UnicodeError:
+        return "has a name that cannot be encoded"
+    if sum(len(p) + 1 for p in encoded) - 1 > NAME_MAX_BYTES or any(len(p) > COMPONENT_MAX_BYTES for p in encoded):
+        return "has a name longer than %d bytes (or a component longer than %d)" % (NAME_MAX_BYTES,
+                                                                                   COMPONENT_MAX_BYTES)
+    return None
+
+
+class MemberIndex:
+    """Duplicate and file-as-directory checks over the members seen so far."""
+
+    def __init__(self):
+        self._files = set()
+        self._dirs = set()
+
+    def problem(self, info):
+        name = posixpath.normpath(info.name)
+        if name == ".":
+            return None if info.isdir() else "has an empty name"
+        parent = posixpath.dirname(name)
+        while parent:
+            if parent in self._files:
+                return "lies under %r, which is a file" % parent
+            if parent in self._dirs:
+                break  # its own parents were checked when it was added
+            self._dirs.add(parent)
+            parent = posixpath.dirname(parent)
+        if name in self._files:
+            return "appears twice"
+        if info.isdir():
+            self._dirs.add(name)
+        elif name in self._dirs:
+            return "is a file with the name of a directory"
+        else:
+            self._files.add(name)
+        return None
+
+
+def _normalise(tarmod):
+    def member_filter(member, path):
+        member = tarmod.data_filter(member, path)  # second layer: absolute, outside, links, modes
+        return member.replace(mode=0o755 if member.isdir() else 0o644, uid=None, gid=None, uname=None,
+                              gname=None, deep=False)
+
+    return member_filter
+
+
+def _check_tree(root):
+    """After extraction: only directories and regular files, none of them reached through a link."""
+    files = total = 0
+    for directory, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(directory, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                files += 1
+                total += os.lstat(path).st_size
+            elif not stat.S_ISDIR(mode):
+                raise UnsafeArchive("extraction left %r, which is neither a file nor a directory"
+                                    % os.path.relpath(path, root))
+    return files, total
+
+
+def _unreadable(exc):
+    """One line: tarfile's own message for 'r:*' lists every compression it tried."""
+    text = (str(exc).splitlines() or [""])[0].rstrip(":").strip() or type(exc).__name__
+    if text == "file could not be opened successfully":
+        text = "neither a tar nor a gzip, bzip2 or xz compressed tar"
+    return UnreadableArchive("not a readable tar archive (%s)" % text)
+
+
+def _check_end(archive):
+    """tarfile ends its listing quietly at a header it cannot parse after the first member: the
+    archive must end where the listing did (end-of-archive zeros or nothing), else it is corrupt."""
+    archive.fileobj.seek(archive.offset)
+    block = archive.fileobj.read(512)
+    if block.strip(b"\0"):
+        raise UnreadableArchive("corrupt tar archive: an unreadable member header at byte %d" % archive.offset)
+
+
+def extract(fileobj, parent, *, limits=Limits(), select: Optional[Callable] = None,
+            before_write: Optional[Callable[[int], None]] = None, tarmod=None):
+    """Check every member of the tar in ``fileobj`` (any compression tarfile reads), then extract
+    the ones ``select(info)`` keeps (all by default) into a new private directory under ``parent``.
+
+    ``before_write(expanded_bytes)`` runs after the check and before anything is written (the
+    free-disk check). Returns :class:`Extracted`; raises :class:`UnsafeArchive` or
+    :class:`UnreadableArchive`, leaving nothing behind.
+    """
+    tarmod = tarmod or tarfile_module()
+    caps = dict(limits.file_caps or {})
+    try:
+        archive = tarmod.open(fileobj=fileobj, mode="r:*")
+    except (tarmod.TarError, EOFError, OSError) as exc:
+        raise _unreadable(exc) from None
+    with archive:
+        archive.copybufsize = _COPY_BUFFER
+        index = MemberIndex()
+        wanted, count, expanded = [], 0, 0
+        try:
+            for info in archive:
+                problem = member_problem(info) or index.problem(info)
+                if problem:
+                    raise UnsafeArchive("member %r %s" % (info.name[:200], problem))
+                count += 1
+                if count > limits.max_members:
+                    raise UnsafeArchive("more than %d members" % limits.max_members)
+                if info.isreg():
+                    cap = caps.get(posixpath.basename(info.name), limits.max_bytes)
+                    if info.size > cap:
+                        raise UnsafeArchive("member %r is %d bytes, over the %d allowed" % (info.name[:200],
+                                                                                          info.size, cap))
+                if select is None or select(info):
+                    expanded += info.size if info.isreg() else 0
+                    if expanded > limits.max_bytes:
+                        raise UnsafeArchive("it expands to more than %d bytes" % limits.max_bytes)
+                    wanted.append(info)
+            _check_end(archive)
+        except (tarmod.TarError, EOFError, OSError) as exc:
+            raise _unreadable(exc) from None
+        if before_write is not None:
+            before_write(expanded)
+        target = tempfile.mkdtemp(prefix=".extract-", dir=parent)
+        try:
+            archive.extractall(target, members=wanted, filter=_normalise(tarmod))
+            files, total = _check_tree(target)
+        except tarmod.FilterError as exc:  # the second layer refused what the first let through
+            shutil.rmtree(target, ignore_errors=True)
+            raise UnsafeArchive("refused by tarfile's data filter: %s" % exc) from None
+        except (tarmod.TarError, EOFError) as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            raise _unreadable(exc) from None
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+    return Extracted(target, files, total)

@@ -1,0 +1,122 @@
+"""Once per host: local rank 0 prepares a directory under an exclusive lock and writes a completion
+marker; the other ranks on the host poll for that marker (no collectives), and fail with its
+reason when the fetcher failed in this launch.
+"""
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+
+from .checkpoint import atomic_write_text
+from .errors import FAILURE_LIMIT, DataError, JobError, shorten
+
+LOG = logging.getLogger("frcnn_train")
+
+MARKER_NAME = ".frcnn-data.json"
+MARKER_FORMAT = 2
+
+
+def marker_state(marker, key, launch):
+    """'ok' (complete, same key), 'failed' (this launch's fetcher failed), else 'pending'."""
+    if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT or marker.get("key") != key:
+        return "pending"
+    if marker.get("status") == "ok":
+        return "ok"
+    if marker.get("status") == "failed" and marker.get("launch") == launch:
+        return "failed"
+    return "pending"
+
+
+def launch_token(environ=None):
+    """Identifies this launch of the job's ranks on this host, so that a waiting rank does not take
+    an earlier launch's failure for its own: $FRCNN_LAUNCH_ID when the launcher sets it, else the
+    parent process (mpirun/orted start a host's ranks) and its start time."""
+    environ = os.environ if environ is None else environ
+    if environ.get("FRCNN_LAUNCH_ID"):
+        return "env:" + environ["FRCNN_LAUNCH_ID"]
+    ppid = os.getppid()
+    started = ""
+    try:
+        with open("/proc/%d/stat" % ppid) as handle:
+            started = handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        pass
+    return "ppid:%d:%s" % (ppid, started)
+
+
+def read_marker(root):
+    try:
+        with open(os.path.join(root, MARKER_NAME)) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def write_marker(root, **fields):
+    payload = dict(fields, format=MARKER_FORMAT, time=time.time(), host=socket.gethostname())
+    atomic_write_text(os.path.join(root, MARKER_NAME), json.dumps(payload, indent=1, sort_keys=True))
+
+
+def remove_marker(root):
+    try:
+        os.remove(os.path.join(root, MARKER_NAME))
+    except FileNotFoundError:
+        pass
+
+
+def write_failure_marker(root, key, launch, exc):
+    cause = exc.cause if isinstance(exc, JobError) else "%s: %s" % (type(exc).__name__, exc)
+    fix = exc.fix if isinstance(exc, JobError) else "see the job log of local rank 0 on this host."
+    try:
+        os.makedirs(root, exist_ok=True)
+        write_marker(root, status="failed", key=key, launch=launch, cause=cause, fix=fix)
+    except OSError as err:  # the waiting ranks then time out; say why here
+        LOG.error("data: could not write the failure marker under %s: %s", root, err)
+
+
+class HostLock:
+    """An exclusive flock on a file (one fetcher per directory at a time)."""
+
+    def __init__(self, path):
+        self._path = path
+        self._handle = None
+
+    def __enter__(self):
+        self._handle = open(self._path, "a")
+        fcntl.flock(self._handle.fileno(), fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+        self._handle.close()
+
+
+def wait_for_host(root, key, launch, ready, timeout_s, poll_s=1.0):
+    """Ranks other than local rank 0: poll the marker until it says done (and ``ready(marker)``
+    agrees), failed, or ``timeout_s`` runs out."""
+    started = time.monotonic()
+    next_log = started + 60.0
+    while True:
+        marker = read_marker(root)
+        state = marker_state(marker, key, launch)
+        if state == "ok" and ready(marker):
+            return marker
+        if state == "failed":
+            fix = str(marker.get("fix") or "see the log of local rank 0 on this host.")
+            prefix = "local rank 0 on this host failed to prepare the data: "
+            room = FAILURE_LIMIT - 100 - len(prefix) - len(fix)
+            raise DataError(prefix + shorten(str(marker.get("cause", "no reason recorded")), max(room, 80)), fix)
+        now = time.monotonic()
+        if now - started > timeout_s:
+            raise DataError("timed out after %.0f s waiting for local rank 0 on this host to prepare the data "
+                            "(no completion marker from this launch at %s)."
+                            % (timeout_s, os.path.join(root, MARKER_NAME)),
+                            "see the log of local rank 0: it may still be downloading (raise "
+                            "FRCNN_FETCH_WAIT_S) or it stopped without writing the marker.")
+        if now >= next_log:
+            LOG.info("data: waiting for local rank 0 to prepare %s (%.0f s so far)", root, now - started)
+            next_log = now + 60.0
+        time.sleep(poll_s)

@@ -1,0 +1,65 @@
+"""Once per host: the marker's states, the waiting rank, the lock."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from frcnn_train import host_once
+from frcnn_train.errors import DataError
+
+
+def test_marker_state():
+    fmt = host_once.MARKER_FORMAT
+    ok = {"format": fmt, "status": "ok", "key": "k", "launch": "old"}
+    failed = {"format": fmt, "status": "failed", "key": "k", "launch": "this", "cause": "x"}
+    assert host_once.marker_state(ok, "k", "this") == "ok"  # a complete directory serves any launch
+    assert host_once.marker_state(ok, "other", "this") == "pending"
+    assert host_once.marker_state(failed, "k", "this") == "failed"
+    assert host_once.marker_state(dict(failed, launch="earlier"), "k", "this") == "pending"
+    assert host_once.marker_state(None, "k", "this") == "pending"
+    assert host_once.marker_state(dict(ok, format=fmt - 1), "k", "this") == "pending"  # an older layout
+
+
+def test_launch_token_prefers_the_launcher_id():
+    assert host_once.launch_token({"FRCNN_LAUNCH_ID": "abc"}) == "env:abc"
+    assert host_once.launch_token({}).startswith("ppid:%d:" % os.getppid())
+
+
+def test_a_waiting_rank_sees_success_then_failure_with_its_reason(tmp_path):
+    root = str(tmp_path)
+    host_once.write_marker(root, status="ok", key="k", launch="l", tree={"n": 1})
+    marker = host_once.wait_for_host(root, "k", "l", lambda m: m["tree"] == {"n": 1}, timeout_s=5, poll_s=0.01)
+    assert marker["status"] == "ok" and marker["host"]
+    host_once.write_failure_marker(root, "k", "l", DataError("the disk is full", "free some space."))
+    with pytest.raises(DataError, match="failed to prepare the data: the disk is full") as caught:
+        host_once.wait_for_host(root, "k", "l", lambda m: True, timeout_s=5, poll_s=0.01)
+    assert caught.value.fix == "free some space."
+
+
+def test_a_waiting_rank_waits_until_the_tree_is_ready(tmp_path):
+    root = str(tmp_path)
+    host_once.write_marker(root, status="ok", key="k", launch="l")
+    ready = threading.Event()
+    threading.Timer(0.3, ready.set).start()
+    started = time.monotonic()
+    host_once.wait_for_host(root, "k", "l", lambda m: ready.is_set(), timeout_s=5, poll_s=0.01)
+    assert time.monotonic() - started >= 0.3
+
+
+def test_the_host_lock_is_exclusive(tmp_path):
+    path = str(tmp_path / "lock")
+    order = []
+
+    def second():
+        with host_once.HostLock(path):
+            order.append("second")
+
+    with host_once.HostLock(path):
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.2)
+        order.append("first")
+    thread.join(5)
+    assert order == ["first", "second"]
