@@ -477,16 +477,16 @@ def test_a_complete_directory_is_reused_without_any_request(tmp_path, voc_tars, 
     assert_complete(root, voc_tars)
 
 
-def test_an_interrupted_fetch_keeps_the_tars_it_placed(tmp_path, voc_tars, mirror, caplog):
+def test_what_an_interrupted_fetch_left_is_cleared_first(tmp_path, voc_tars, mirror, caplog):
     base = serve(mirror, voc_tars)
-    mirror.fail("voc/" + T07, status=503)
     config, env, work = job(tmp_path, voc_tars, data_mirrors=base)
-    with pytest.raises(DataError):
-        acquire_voc(config, env, World(), work, FAST)
-    mirror.clear()
-    mirror._faults.clear()
+    root = os.path.join(work, "voc")
+    os.makedirs(os.path.join(root, "VOCdevkit", "VOC2007", "JPEGImages"))
+    with open(os.path.join(root, "VOCdevkit", "VOC2007", "JPEGImages", "stale.jpg"), "w") as handle:
+        handle.write("half a run ago")
+    os.makedirs(os.path.join(root, voc_fetch.STAGING_DIR_NAME))
     with caplog.at_level(logging.INFO, logger="frcnn_train"):
-        root = acquire_voc(config, env, World(), work, FAST)
+        assert acquire_voc(config, env, World(), work, FAST) == root
     assert_complete(root, voc_tars)
-    assert [r["path"] for r in mirror.requests] == ["/voc/" + T07]
-    assert "already extracted by an earlier run" in caplog.text
+    assert not os.path.exists(os.path.join(root, "VOCdevkit", "VOC2007", "JPEGImages", "stale.jpg"))
+    assert "clearing" in caplog.text

@@ -21,7 +21,6 @@ extracted and the tree was checked again (regular files and directories only).
 import os
 import posixpath
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
@@ -150,19 +149,20 @@ def _normalise(tarmod):
 
 
 def _check_tree(root):
-    """After extraction: only directories and regular files, none of them reached through a link."""
-    files = total = 0
-    for directory, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(directory, name)
-            mode = os.lstat(path).st_mode
-            if stat.S_ISREG(mode):
-                files += 1
-                total += os.lstat(path).st_size
-            elif not stat.S_ISDIR(mode):
-                raise UnsafeArchive("extraction left %r, which is neither a file nor a directory"
-                                    % os.path.relpath(path, root))
-    return files, total
+    """After extraction: only directories and regular files (d_type from the directory listing, no
+    stat per file; links are not followed). Returns the number of files."""
+    files, pending = 0, [root]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    files += 1
+                else:
+                    raise UnsafeArchive("extraction left %r, which is neither a file nor a directory"
+                                        % os.path.relpath(entry.path, root))
+    return files
 
 
 def _unreadable(exc):
@@ -227,7 +227,7 @@ def extract(fileobj, parent, *, limits=Limits(), select: Optional[Callable] = No
         target = tempfile.mkdtemp(prefix=".extract-", dir=parent)
         try:
             archive.extractall(target, members=wanted, filter=_normalise(tarmod))
-            files, total = _check_tree(target)
+            files = _check_tree(target)
         except tarmod.FilterError as exc:  # the second layer refused what the first let through
             shutil.rmtree(target, ignore_errors=True)
             raise UnsafeArchive("refused by tarfile's data filter: %s" % exc) from None
@@ -237,4 +237,4 @@ def extract(fileobj, parent, *, limits=Limits(), select: Optional[Callable] = No
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-    return Extracted(target, files, total)
+    return Extracted(target, files, expanded)

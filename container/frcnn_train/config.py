@@ -276,10 +276,12 @@ class TrainConfig:
                           "S3 location of the three VOC tars, tried after the 'voc' channel.")
     data_mirrors: Tuple[str, ...] = hp(("official",), parse_str_list,
                                        "HTTP(S) base URLs tried after S3 (comma-separated); "
-                                       "'official' means the Oxford VOC locations.")
+                                       "'official' means the Oxford VOC locations. Plain http is "
+                                       "used only for tars with a known checksum.")
     data_checksums: str = hp("", parse_checksums,
                              "SHA-1 per tar as a JSON object for a custom dataset, or 'none' to opt "
-                             "out; empty means the known VOC checksums.")
+                             "out (then no plain-http mirror is used); empty means the known VOC "
+                             "checksums. A tar is extracted only after its checksum matched.")
     pretrained_base: bool = hp(True, parse_bool,
                                "Start the backbone from ImageNet weights (the 'pretrained' channel, "
                                "else GluonCV's download); false trains it from scratch.")

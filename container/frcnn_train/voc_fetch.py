@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import archive, host_once, sources
-from .checkpoint import atomic_write_text
 from .errors import DataError, shorten
 from .sources import FetchOptions, SourceFailed, SourceSpec  # noqa: F401  (FetchOptions: the public knobs)
 from .voc_layout import (VOC_TAR_MB, VOC_TARS, check_voc_tree, expected_content, find_year_dirs,
@@ -46,7 +45,6 @@ OFFICIAL_BASE = "http://host.robots.ox.ac.uk/pascal/VOC"
 OFFICIAL_DIRS = {"VOCtrainval_06-Nov-2007.tar": "voc2007", "VOCtest_06-Nov-2007.tar": "voc2007",
                  "VOCtrainval_11-May-2012.tar": "voc2012"}
 DATA_DIR_NAME = "voc"  # <work_dir>/voc/VOCdevkit/VOC20xx
-DONE_DIR_NAME = ".frcnn-tars"  # one record per tar placed by an earlier (interrupted) run
 STAGING_DIR_NAME = ".staging"  # downloads in progress, and the private extraction directories
 FAILURE_BUDGET = 900  # characters of the whole failure text (it becomes /opt/ml/output/failure)
 MIB = 1 << 20
@@ -239,9 +237,8 @@ class _TurnSlot:
 class _Fetch:
     """Local rank 0's fetch of the tars that are not in place yet."""
 
-    def __init__(self, root, key, planned, opts):
+    def __init__(self, root, planned, opts):
         self.root = root
-        self.key = key
         self.planned = planned
         self.opts = opts
         self.staging = os.path.join(root, STAGING_DIR_NAME)
@@ -250,14 +247,7 @@ class _Fetch:
         self.extract_slots = threading.BoundedSemaphore(max(1, opts.extract_parallelism))
         self.place_lock = threading.Lock()
         self.abort = threading.Event()
-        self._s3 = None
-        self._s3_lock = threading.Lock()
-
-    def s3(self):
-        with self._s3_lock:
-            if self._s3 is None:
-                self._s3 = sources.s3_client(self.opts)
-            return self._s3
+        self.s3 = sources.s3_client(opts) if any(s.kind == "s3" for s in planned) else None
 
     def stage(self, source, spec):
         """The whole tar from ``source`` on local disk, hashed (SourceFailed if it cannot)."""
@@ -268,7 +258,7 @@ class _Fetch:
         if source.kind == "channel":
             return sources.stage_channel_file(os.path.join(source.location, spec.name))
         if source.kind == "s3":
-            return sources.stage_s3(self.s3(), source.location + spec.name, self.staging, spec.name, self.opts,
+            return sources.stage_s3(self.s3, source.location + spec.name, self.staging, spec.name, self.opts,
                                     reserve)
         url = mirror_url(source.location, spec.name)
         if url.startswith("http://") and not spec.sha1:
@@ -288,10 +278,7 @@ class _Fetch:
             with self.place_lock:
                 for name, path in sorted(years.items()):
                     _merge_tree(path, os.path.join(self.root, "VOCdevkit", name))
-                record = {"name": spec.name, "sha1": staged.sha1, "expected": spec.sha1, "source": label,
-                          "bytes": staged.size, "key": self.key, "files": extracted.files, "years": sorted(years)}
-                atomic_write_text(os.path.join(self.root, DONE_DIR_NAME, spec.name + ".json"), json.dumps(record))
-            return record
+            return {"sha1": staged.sha1, "source": label, "bytes": staged.size, "files": extracted.files}
         finally:
             shutil.rmtree(extracted.path, ignore_errors=True)
 
@@ -364,45 +351,15 @@ class _TarFailed(Exception):
         self.attempts = attempts
 
 
-def _done_records(root):
-    folder = os.path.join(root, DONE_DIR_NAME)
-    records = {}
-    if os.path.isdir(folder):
-        for entry in os.listdir(folder):
-            if entry.endswith(".json"):
-                try:
-                    with open(os.path.join(folder, entry)) as handle:
-                        records[entry[:-5]] = json.load(handle)
-                except (OSError, ValueError):
-                    records[entry[:-5]] = None
-    return records
-
-
-def _reset_root(root, specs, key, wipe=False):
-    """Keep the tars a previous, interrupted run placed with the same key; else start empty."""
-    shutil.rmtree(os.path.join(root, STAGING_DIR_NAME), ignore_errors=True)
-    records = _done_records(root)
-    names = {s.name for s in specs}
-    keep = not wipe and all(isinstance(r, dict) and r.get("key") == key and name in names
-                            for name, r in records.items())
-    if not keep or (os.listdir(root) and not records):
-        if os.listdir(root):
-            LOG.info("data: clearing %s (it holds data from other tars or checksums)", root)
-        shutil.rmtree(root, ignore_errors=True)
-        records = {}
-    os.makedirs(os.path.join(root, DONE_DIR_NAME), exist_ok=True)
-    return records
-
-
 _FIX_SOURCES = ("put the tars (or an extracted VOCdevkit) in the 'voc' channel, or set data_s3_uri to an "
                 "S3 prefix holding them, or data_mirrors to a reachable HTTP(S) mirror; if the tars are "
                 "not the official VOC ones, set data_checksums.")
 
 
 def _fetch_all(specs, planned, root, key, expected, opts, launch):
-    """Local rank 0: reuse a complete directory, or fetch what is missing; write the marker."""
+    """Local rank 0: reuse a complete directory, or fetch the tars into an empty one; write the marker.
+    (What an interrupted fetch left is not resumed: on SageMaker a restarted job never finds it.)"""
     marker = host_once.read_marker(root)
-    wipe = False
     if host_once.marker_state(marker, key, launch) == "ok":
         summary, problems = check_voc_tree(root, expected)
         if not problems and summary == marker.get("tree"):
@@ -411,17 +368,15 @@ def _fetch_all(specs, planned, root, key, expected, opts, launch):
             return
         LOG.info("data: %s has a marker but the tree changed (%s); fetching again", root,
                  "; ".join(problems) or "file counts differ")
-        wipe = True
-    host_once.remove_marker(root)
-    done = _reset_root(root, specs, key, wipe)
-    todo = [s for s in fetch_order(specs) if s.name not in done]
-    if done:
-        LOG.info("data: %s already extracted by an earlier run; fetching %s", ", ".join(sorted(done)),
-                 ", ".join(s.name for s in todo) or "nothing more")
+    if os.listdir(root):  # another data set, or what an interrupted fetch left: start empty
+        LOG.info("data: clearing %s (no complete data set from these tars there)", root)
+        shutil.rmtree(root)
+        os.makedirs(root)
+    todo = fetch_order(specs)
     LOG.info("data: fetching %s into %s; sources in order: %s", ", ".join(s.name for s in todo), root,
              ", ".join(s.label for s in planned) or "none")
     started = time.monotonic()
-    records, failures = _Fetch(root, key, planned, opts).run(todo)
+    records, failures = _Fetch(root, planned, opts).run(todo)
     if failures:
         order = [s.name for s in specs]
         failures.sort(key=lambda f: order.index(f[0]))
@@ -436,7 +391,7 @@ def _fetch_all(specs, planned, root, key, expected, opts, launch):
                         "Annotations, JPEGImages and ImageSets/Main split files).")
     total = sum(r["bytes"] for r in records.values())
     seconds = time.monotonic() - started
-    host_once.write_marker(root, status="ok", key=key, launch=launch, tars=dict(done, **records), tree=summary)
+    host_once.write_marker(root, status="ok", key=key, launch=launch, tars=records, tree=summary)
     LOG.info("data: ready in %s (%s fetched in %.1f s, %.1f MB/s): %s", root, human_bytes(total), seconds,
              total / MIB / max(seconds, 1e-6),
              ", ".join("%s %d images" % (y, s["JPEGImages"]) for y, s in sorted(summary.items())))
