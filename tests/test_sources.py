@@ -146,6 +146,7 @@ def test_a_staging_write_failure_is_not_taken_for_a_network_error():
         writer = sources._HashingFile(full, "x", None, 30)
         with pytest.raises(StagingWriteError, match="No space left"):
             writer.write(b"x" * 10)
+        writer.close()
 
 
 # -------------------------------------------------------------------------------------------- channel
@@ -191,4 +192,67 @@ def test_s3_missing_object_or_bucket_is_a_short_reason(s3, staging):
         sources.stage_s3(ours, "s3://%s/none.tar" % bucket, staging, "x", FAST, lambda size: None)
     with pytest.raises(SourceFailed, match="not found|NoSuchBucket"):
         sources.stage_s3(ours, "s3://no-such-bucket-here/none.tar", staging, "x", FAST, lambda size: None)
+    assert os.listdir(staging) == []
+
+
+@pytest.fixture
+def https_redirect(tmp_path, monkeypatch, mirror):
+    """An HTTPS server on 127.0.0.1 (a certificate made here, trusted through SSL_CERT_FILE) that
+    redirects every GET to the plain-http mirror."""
+    import datetime
+    import ssl
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))
+
+    class Redirect(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", mirror.url(self.path))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert_path), str(key_path))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield "https://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_plain_http_is_refused_without_a_checksum_also_after_a_redirect(mirror, staging, https_redirect):
+    with pytest.raises(SourceFailed, match="plain http is used only for tars with a known checksum"):
+        sources.stage_http(mirror.url("a/data.tar"), staging, "x", FAST, lambda size: None, verified=False)
+    assert mirror.gets("a/data.tar") == []  # not even asked
+    url = https_redirect + "/a/data.tar"
+    staged = sources.stage_http(url, staging, "x", FAST, lambda size: None, verified=True)
+    assert staged.sha1 == SHA1  # https -> http is followed when the checksum will be checked
+    staged.close()
+    with pytest.raises(SourceFailed, match="redirected to http://127.0.0.1"):
+        sources.stage_http(url, staging, "x", FAST, lambda size: None, verified=False)
     assert os.listdir(staging) == []

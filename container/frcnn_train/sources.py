@@ -19,6 +19,7 @@ import hashlib
 import http.client
 import logging
 import os
+import queue
 import random
 import socket
 import threading
@@ -132,22 +133,38 @@ def s3_key(prefix, name):
 
 
 class _HashingFile:
-    """The staging file, written in order, hashed on the way, with a progress line now and then."""
+    """The staging file, written in order and hashed on the way by a thread of its own (on two
+    cores the hash then overlaps the receiving), with a progress line now and then."""
+
+    _RESET = object()
 
     def __init__(self, handle, label, size, progress_s):
         self.handle = handle
         self.label = label
         self.total = size
         self.progress_s = progress_s
-        self.digest = hashlib.sha1()
         self.size = 0
         self.started = self.last_log = time.monotonic()
+        self._digest = hashlib.sha1()
+        self._pending = queue.Queue(maxsize=64)  # at most 64 received pieces (<= 64 MB) not hashed yet
+        self._hasher = threading.Thread(target=self._hash, name="sha1", daemon=True)
+        self._hasher.start()
+
+    def _hash(self):
+        while True:
+            data = self._pending.get()
+            if data is None:
+                return
+            if data is self._RESET:
+                self._digest = hashlib.sha1()
+            else:
+                self._digest.update(data)
 
     def reset(self):
         """Start over (the server sent the whole file again)."""
         self.handle.seek(0)
         self.handle.truncate()
-        self.digest = hashlib.sha1()
+        self._pending.put(self._RESET)
         self.size = 0
 
     def write(self, data):
@@ -155,7 +172,7 @@ class _HashingFile:
             self.handle.write(data)
         except OSError as exc:
             raise StagingWriteError("writing the staged copy of %s failed: %s" % (self.label, exc)) from exc
-        self.digest.update(data)
+        self._pending.put(data)
         self.size += len(data)
         now = time.monotonic()
         if now - self.last_log >= self.progress_s:
@@ -165,6 +182,16 @@ class _HashingFile:
             LOG.info("data: %s: %.1f of %s MB (%.1f MB/s)%s", self.label, self.size / MIB,
                      "%.1f" % (self.total / MIB) if self.total else "?", rate / MIB, eta)
         return len(data)
+
+    def hexdigest(self):
+        """The SHA-1 of everything written (ends the hashing thread)."""
+        self.close()
+        return self._digest.hexdigest()
+
+    def close(self):
+        if self._hasher.is_alive():
+            self._pending.put(None)
+            self._hasher.join()
 
 
 def _staging_file(staging_dir, name):
@@ -177,7 +204,7 @@ def _staging_file(staging_dir, name):
 def _finish(staged, writer):
     staged.fileobj.flush()
     staged.fileobj.seek(0)
-    staged.size, staged.sha1 = writer.size, writer.digest.hexdigest()
+    staged.size, staged.sha1 = writer.size, writer.hexdigest()
     return staged
 
 
@@ -256,7 +283,8 @@ def stage_s3(client, uri, staging_dir, name, opts, reserve):
             future.meta.provide_object_etag(head.get("ETag"))
 
     config = TransferConfig(multipart_threshold=opts.chunk_size, multipart_chunksize=opts.chunk_size,
-                            max_concurrency=opts.s3_workers, num_download_attempts=opts.attempts)
+                            max_concurrency=opts.s3_workers, num_download_attempts=opts.attempts,
+                            io_chunksize=MIB)
     config.max_in_memory_download_chunks = max(2 * opts.s3_workers, 4)
     staged = _staging_file(staging_dir, name)
     writer = _HashingFile(staged.fileobj, uri, size, opts.progress_s)
@@ -275,6 +303,7 @@ def stage_s3(client, uri, staging_dir, name, opts, reserve):
             raise SourceFailed("truncated: %d of %d bytes" % (writer.size, size))
     except BaseException as exc:
         manager.shutdown(cancel=True)
+        writer.close()
         staged.close()
         if isinstance(exc, (BotoCoreError, ClientError)):
             raise SourceFailed(_s3_reason(exc)) from None
@@ -372,8 +401,15 @@ def _content_range_start(value):
         return None, None
 
 
-def stage_http(url, staging_dir, name, opts, reserve):
-    """GET ``url`` into a hashing staging file, resuming dropped transfers, within the deadline."""
+PLAIN_HTTP = "plain http is used only for tars with a known checksum (data_checksums)"
+
+
+def stage_http(url, staging_dir, name, opts, reserve, verified=True):
+    """GET ``url`` into a hashing staging file, resuming dropped transfers, within the deadline.
+    Unless the bytes will be ``verified`` against a checksum, plain http (also after a redirect)
+    is refused."""
+    if not verified and url.startswith("http://"):
+        raise SourceFailed(PLAIN_HTTP)
     staged = _staging_file(staging_dir, name)
     writer = _HashingFile(staged.fileobj, url, None, opts.progress_s)
     deadline = _Deadline(opts.deadline_for(None))  # re-armed once the size is known
@@ -389,6 +425,8 @@ def stage_http(url, staging_dir, name, opts, reserve):
             progress_before = writer.size
             try:
                 with opener.open(urllib.request.Request(url, headers=headers), timeout=opts.timeout_s) as resp:
+                    if not verified and resp.url.startswith("http://"):
+                        raise SourceFailed(PLAIN_HTTP + "; %s redirected to %s" % (url, resp.url))
                     if resp.status == 206:
                         start, total = _content_range_start(resp.headers.get("Content-Range"))
                         if start != writer.size:
@@ -438,6 +476,7 @@ def stage_http(url, staging_dir, name, opts, reserve):
             raise SourceFailed("%d bytes arrived, %d were announced" % (writer.size, size))
         return _finish(staged, writer)
     except BaseException:
+        writer.close()
         staged.close()
         raise
     finally:

@@ -260,10 +260,8 @@ class _Fetch:
         if source.kind == "s3":
             return sources.stage_s3(self.s3, source.location + spec.name, self.staging, spec.name, self.opts,
                                     reserve)
-        url = mirror_url(source.location, spec.name)
-        if url.startswith("http://") and not spec.sha1:
-            raise SourceFailed("plain http is used only for tars with a known checksum (data_checksums)")
-        return sources.stage_http(url, self.staging, spec.name, self.opts, reserve)
+        return sources.stage_http(mirror_url(source.location, spec.name), self.staging, spec.name, self.opts,
+                                  reserve, verified=bool(spec.sha1))
 
     def extract_and_place(self, spec, staged, label):
         def before_write(expanded):
