@@ -285,7 +285,7 @@ def test_a_tampered_tar_is_never_extracted_and_the_next_source_serves(tmp_path, 
     assert hashlib.sha1(bad).hexdigest() not in [digest for digest, _, _ in extractions]
     assert sorted(digest for digest, _, _ in extractions) == sorted(voc_tars["sha1"].values())
     assert not os.path.exists(os.path.join(root, "VOCdevkit", "VOC2007", "JPEGImages", "tampered.jpg"))
-    assert "SHA-1 mismatch" in caplog.text and "nothing of it was extracted" in caplog.text
+    assert "SHA-1 mismatch" in caplog.text and "not extracted" in caplog.text
 
 
 def test_one_tar_extracts_while_the_next_downloads_never_before_its_own_download(tmp_path, voc_tars, mirror,

@@ -293,7 +293,8 @@ class _Fetch:
                     staged = self.stage(source, spec)
                 try:
                     if spec.sha1 and staged.sha1 != spec.sha1:
-                        raise SourceFailed("SHA-1 mismatch (got %s, expected %s)" % (staged.sha1[:12], spec.sha1[:12]))
+                        raise SourceFailed("SHA-1 mismatch (got %s, expected %s; not extracted)"
+                                           % (staged.sha1[:12], spec.sha1[:12]))
                     with self.extract_slots:
                         record = self.extract_and_place(spec, staged, source.label)
                 finally:
@@ -312,7 +313,7 @@ class _Fetch:
                          "verified" if spec.sha1 else "not checked (data_checksums=none)", record["files"])
                 return record
             attempts.append((source.label, spec.name, reason))
-            LOG.warning("data: %s: %s failed: %s (nothing of it was extracted)%s", spec.name, source.label, reason,
+            LOG.warning("data: %s: %s failed: %s (nothing of it was kept)%s", spec.name, source.label, reason,
                         "; trying the next source" if source is not self.planned[-1] else "")
         raise _TarFailed(attempts)
 
