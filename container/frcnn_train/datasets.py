@@ -113,7 +113,8 @@ class Datasets:
     train: object
     val: object
     classes: tuple
-    aspect_ratios: list
+    aspect_ratios: list  # width / height of each training image
+    val_aspect_ratios: list = None  # the same for validation (None: assume the training ones)
 
 
 def _check_split_files(devkit, splits):
@@ -230,8 +231,9 @@ def build_datasets(config, data_root):
     else:
         classes = tuple(c.lower() for c in config.classes) or infer_voc_classes(devkit, train_splits)
     train, train_items = _voc_dataset(devkit, train_splits, classes, "training")
-    val, _ = _voc_dataset(devkit, val_splits, classes, "validation")
-    return Datasets(train=train, val=val, classes=classes, aspect_ratios=voc_aspect_ratios(train_items))
+    val, val_items = _voc_dataset(devkit, val_splits, classes, "validation")
+    return Datasets(train=train, val=val, classes=classes, aspect_ratios=voc_aspect_ratios(train_items),
+                    val_aspect_ratios=voc_aspect_ratios(val_items))
 
 
 def _coco_datasets(config, data_root):

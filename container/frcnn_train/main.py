@@ -106,7 +106,7 @@ def run_job(config, env, dist):
                          MetricLogHook, StopHook, ValidationHook, dump_json)
     from .guards import adapt_workers, check_gpu_runs
     from .evaluation import make_metric, validate
-    from .model import build_network
+    from .model import build_network, fit_proposals_to_images
     from .solver import lr_at, make_trainer
     from .step import ForwardBackward
 
@@ -133,6 +133,7 @@ def run_job(config, env, dist):
                  len(datasets.val), ",".join(datasets.classes))
     net = build_network(config, datasets.classes, per_rank_batch, config.pretrained_base,
                         env.pretrained_dirs, ctx)
+    proposals = fit_proposals_to_images(net, config, datasets)
     train_shorts, _, image_max = image_sizes(config, net)
     effective.update(short=list(train_shorts), max_size=image_max)  # the network's when not set
     model_dir = env.paths.model_dir
@@ -203,7 +204,7 @@ def run_job(config, env, dist):
         if engine.last_validation is not None:
             dump_json(os.path.join(model_dir, "validation.json"), engine.last_validation)
         export_symbol(config, datasets.classes, os.path.join(model_dir, "model.params"),
-                      os.path.join(model_dir, "model"), config_mod_short(config, net))
+                      os.path.join(model_dir, "model"), config_mod_short(config, net), proposals)
         from .report import write_report
 
         try:
@@ -309,13 +310,15 @@ def _load_start_model(net, directory, ctx):
     net.load_parameters(chosen, ctx=ctx, allow_missing=True, ignore_extra=True)
 
 
-def export_symbol(config, classes, params_path, prefix, sizes):
-    """A symbol/params pair for deployment, from a fresh network in inference mode."""
+def export_symbol(config, classes, params_path, prefix, sizes, proposals):
+    """A symbol/params pair for deployment, from a fresh network in inference mode, with the
+    proposal counts the job trained and validated with."""
     import mxnet as mx
 
-    from .model import build_network
+    from .model import build_network, set_proposal_counts
 
     net = build_network(config, classes, 1, False, None, mx.cpu())
+    set_proposal_counts(net, *proposals)
     net.load_parameters(params_path, ctx=mx.cpu(), ignore_extra=True)  # training-only encoders
     net.hybridize()
     short, max_size = sizes

@@ -11,7 +11,7 @@ import glob
 import logging
 import os
 
-from .errors import PretrainedWeightsError
+from .errors import ConfigError, PretrainedWeightsError
 
 LOG = logging.getLogger(__name__)
 
@@ -118,10 +118,7 @@ def build_network(config, classes, per_rank_batch, pretrained_base, pretrained_d
             net = _OWN_NETWORKS[config.network](**kwargs)
         else:
             net = get_model(config.network, pretrained=False, **kwargs)
-    for param in net.collect_params().values():
-        if param._data is None:  # pylint: disable=protected-access  (backbone may be loaded)
-            # Layers that name their own initialiser keep it; the rest get MSRA (He) init.
-            param.initialize(default_init=mx.init.MSRAPrelu(slope=0.0))
+    initialize_new_parameters(net)
     if not pretrained_base:
         # GluonCV freezes the stem and first stage, which only makes sense for ImageNet weights.
         net.train_patterns = None
@@ -129,6 +126,127 @@ def build_network(config, classes, per_rank_batch, pretrained_base, pretrained_d
         net.reset_class(list(classes))
     net.collect_params().reset_ctx(ctx)
     return net
+
+
+def initialize_new_parameters(net):
+    """Initialise every parameter not loaded yet: a layer that names its own initialiser keeps it;
+    other weights get MSRA (He) init and other biases zeros.
+
+    A parameter without an initialiser of its own receives the default as its *weight* initialiser
+    (MXNet skips the name-based dispatch then), so MSRA alone would meet the 1-D biases of GluonCV's
+    FPN layers (a SymbolBlock): "Xavier initializer cannot be applied to vector P2_conv_lat_bias".
+    """
+    import mxnet as mx
+
+    for name, param in net.collect_params().items():
+        if param._data is not None:  # pylint: disable=protected-access  (backbone may be loaded)
+            continue
+        if param.init is None and name.endswith("bias"):
+            param.initialize(init=mx.init.Zero())
+        else:
+            param.initialize(default_init=mx.init.MSRAPrelu(slope=0.0))
+
+
+# --- region proposals for the image sizes of the job (Faster R-CNN) ---------------------------
+
+def resized_shape(width, height, short, max_size):
+    """(height, width) after GluonCV's resize_short_within(short, max_size)."""
+    small, large = min(width, height), max(width, height)
+    scale = float(short) / small
+    if round(scale * large) > max_size:
+        scale = float(max_size) / large
+    return int(round(height * scale)), int(round(width * scale))
+
+
+def anchor_counter(net):
+    """(height, width) -> number of RPN anchors the network has for an image of that size, from
+    its feature symbol's inferred shapes (no computation)."""
+    import mxnet as mx
+
+    features = net.features(mx.sym.var("data"))
+    features = list(features) if isinstance(features, (list, tuple)) else [features]
+    generators = net.rpn.anchor_generator
+    generators = list(generators) if isinstance(generators, mx.gluon.nn.HybridSequential) \
+        else [generators]
+    depths = [g.num_depth for g in generators]
+    # FPN: the RPN uses the first len(generators) feature maps (P2..P6).
+    symbol = mx.sym.Group(features[:len(depths)])
+    cache = {}
+
+    def count(shape):
+        if shape not in cache:
+            _, out_shapes, _ = symbol.infer_shape(data=(1, 3) + tuple(shape))
+            cache[shape] = sum(d * s[2] * s[3] for d, s in zip(depths, out_shapes))
+        return cache[shape]
+
+    return count
+
+
+def smallest_images(aspect_ratios, short, max_size, keep=3):
+    """The few resized (height, width) shapes of smallest area for these width/height ratios."""
+    shapes = {resized_shape(1000.0 * r, 1000.0, short, max_size) for r in set(aspect_ratios or [1.0])}
+    return sorted(shapes, key=lambda hw: (hw[0] * hw[1], hw))[:keep]
+
+
+def fewest_anchors(count, aspect_ratios, short, max_size):
+    """(anchors, (height, width)) of the image with the fewest anchors at this size."""
+    return min((count(hw), hw) for hw in smallest_images(aspect_ratios, short, max_size))
+
+
+def fit_proposals_to_images(net, config, datasets):
+    """Cap the RPN's fixed post-NMS proposal counts at the anchors the job's smallest images have.
+
+    GluonCV's networks keep a fixed number of proposals (e.g. 2000 in training, 300 in testing)
+    and MXNet fails deep inside when an image has fewer anchors ("Invalid end for end=2000 as
+    axis_size is 720"). Small images therefore get counts capped at what the smallest training and
+    validation images (given the datasets' aspect ratios) have; the cap is logged. When training
+    images are too small even for the RoIs the network samples per image, a ConfigError names
+    short/max_size and the smallest size that works. Returns the capped (train, test) counts.
+    """
+    from .datasets import image_sizes
+
+    train_shorts, val_short, max_size = image_sizes(config, net)
+    count = anchor_counter(net)
+    train_anchors, train_hw = fewest_anchors(count, datasets.aspect_ratios, min(train_shorts), max_size)
+    val_anchors, val_hw = fewest_anchors(count, getattr(datasets, "val_aspect_ratios", None)
+                                         or datasets.aspect_ratios, val_short, max_size)
+    rpn, needed = net.rpn, int(net._num_sample)  # pylint: disable=protected-access
+    if train_anchors < needed:
+        raise ConfigError(
+            "short=%s max_size=%d are too small for %s: the smallest training image becomes %dx%d "
+            "pixels, which gives its RPN %d anchors, fewer than the %d regions the network samples "
+            "per image." % (",".join(map(str, train_shorts)), max_size, config.network,
+                            train_hw[1], train_hw[0], train_anchors, needed),
+            "set %s." % _smallest_working_size(count, datasets.aspect_ratios, min(train_shorts),
+                                                max_size, needed))
+    train_post = min(rpn._train_post_nms, train_anchors)  # pylint: disable=protected-access
+    test_post = min(rpn._test_post_nms, val_anchors)  # pylint: disable=protected-access
+    if (train_post, test_post) != (rpn._train_post_nms, rpn._test_post_nms):  # pylint: disable=protected-access
+        LOG.info("rpn proposals: post-NMS proposals capped at the anchors of the smallest images "
+                 "(training %dx%d: %d anchors, validation %dx%d: %d anchors): training %d -> %d, "
+                 "testing %d -> %d", train_hw[1], train_hw[0], train_anchors, val_hw[1], val_hw[0],
+                 val_anchors, rpn._train_post_nms, train_post, rpn._test_post_nms, test_post)  # pylint: disable=protected-access
+    set_proposal_counts(net, train_post, test_post)
+    return train_post, test_post
+
+
+def set_proposal_counts(net, train_post, test_post):
+    """Set the RPN's post-NMS proposal counts (training, testing) everywhere the network reads them."""
+    net.rpn._train_post_nms = train_post  # pylint: disable=protected-access
+    net.rpn._test_post_nms = test_post  # pylint: disable=protected-access
+    net._rpn_test_post_nms = test_post  # pylint: disable=protected-access  (RoIs per test image)
+    net.sampler._num_proposal = train_post  # pylint: disable=protected-access
+
+
+def _smallest_working_size(count, aspect_ratios, short, max_size, needed):
+    """'short >= S' (and 'max_size >= M' where the cap binds) for the smallest S that works."""
+    for candidate in range(short + 8 - short % 8, 4097, 8):
+        size = max(max_size, candidate)
+        if fewest_anchors(count, aspect_ratios, candidate, size)[0] >= needed:
+            if size == max_size:
+                return "short to at least %d (max_size=%d)" % (candidate, max_size)
+            return "short to at least %d and max_size to at least %d" % (candidate, size)
+    return "larger short and max_size"
 
 
 def apply_no_wd(net):

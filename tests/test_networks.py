@@ -1,0 +1,118 @@
+"""Every network the README lists builds from scratch, trains one step and validates, on tiny images.
+
+The real pieces run: the network builder, the training transform and batchify, the step with its
+four losses, the SGD update, and the distributed validation (size 1)."""
+
+import math
+import os
+import tempfile
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from frcnn_train.config import NETWORKS, from_hyperparameters
+from frcnn_train.datasets import build_datasets, build_train_loader, build_val_loader, image_sizes
+from frcnn_train.distributed import SingleProcess
+from frcnn_train.errors import ConfigError
+from frcnn_train.evaluation import make_metric, validate
+from frcnn_train.main import materialize_parameters
+from frcnn_train.model import build_network, fit_proposals_to_images
+from frcnn_train.step import LOSS_NAMES, ForwardBackward, MetricSums
+from frcnn_train.synthetic_voc import generate
+
+
+@pytest.fixture(scope="module")
+def voc_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("voc"))
+    generate(root, train_2007=2, test_2007=1, train_2012=0, seed=3)
+    return root
+
+
+def one_step_and_validation(root, hyperparameters):
+    config = from_hyperparameters(dict({"dataset": "custom", "pretrained_base": "false",
+                                        "train_splits": "2007_trainval", "num_workers": "0",
+                                        "batch_size": "1"}, **hyperparameters))
+    dist, ctx = SingleProcess(), mx.cpu()
+    datasets = build_datasets(config, root)
+    net = build_network(config, datasets.classes, 1, False, None, ctx)
+    fit_proposals_to_images(net, config, datasets)
+    train = build_train_loader(config, net, datasets, dist.world, 1, 1, 0)
+    materialize_parameters(net, train.first_batch(), ctx)
+    net.hybridize()
+    trainer = mx.gluon.Trainer(net.collect_train_params(), "sgd", {"learning_rate": 0.001})
+    step, sums = ForwardBackward(net, config, ctx), MetricSums()
+    for batch in train.loader:
+        trainer.step(step(batch, sums))
+        break
+    losses = MetricSums.values_from_flat(LOSS_NAMES, sums.flat(LOSS_NAMES))
+    net.hybridize()  # inference takes other inputs: the job rebuilds the graph the same way
+    val_loader, indices = build_val_loader(config, net, datasets, dist.world, 0)
+    metric = make_metric(config, datasets, os.path.join(tempfile.mkdtemp(), "val"))
+    return losses, validate(net, val_loader, indices, ctx, metric, dist)
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_root, network):
+    losses, result = one_step_and_validation(voc_root, {"network": network, "short": "64",
+                                                         "max_size": "96"})
+    assert all(math.isfinite(v) for v in losses.values()), losses
+    assert result["images"] == 1 and 0.0 <= result["mAP"] <= 1.0
+
+
+@pytest.mark.parametrize("width, height, short, max_size", [
+    (160, 120, 64, 96), (120, 160, 64, 96), (200, 120, 64, 96), (500, 375, 600, 1000),
+    (1000, 100, 600, 1000), (333, 500, 96, 2000)])
+def test_resized_shape_is_gluoncvs_resize_short_within(width, height, short, max_size):
+    from gluoncv.data.transforms.image import resize_short_within
+
+    from frcnn_train.model import resized_shape
+
+    image = mx.nd.zeros((height, width, 3), dtype="uint8")
+    assert resized_shape(width, height, short, max_size) == resize_short_within(image, short, max_size).shape[:2]
+
+
+@pytest.mark.parametrize("network, shape", [("faster_rcnn_resnet18_v1b_voc", (64, 85)),
+                                            ("faster_rcnn_fpn_resnet50_v1b_coco", (72, 100))])
+def test_anchor_count_is_what_the_network_generates(network, shape):
+    from frcnn_train.model import anchor_counter
+
+    config = from_hyperparameters({"network": network, "dataset": "custom"})
+    net = build_network(config, ("a",), 1, False, None, mx.cpu())
+    anchors = [net.rpn.anchor_generator] if not isinstance(
+        net.rpn.anchor_generator, mx.gluon.nn.HybridSequential) else list(net.rpn.anchor_generator)
+    features = net.features(mx.nd.zeros((1, 3) + shape))
+    features = features if isinstance(features, (list, tuple)) else [features]
+    real = sum(g(f).shape[1] for g, f in zip(anchors, features))
+    assert anchor_counter(net)(shape) == real
+
+
+def test_default_network_at_short_96_caps_its_proposals_and_says_so(voc_root, caplog):
+    config = from_hyperparameters({"dataset": "custom", "pretrained_base": "false",
+                                   "train_splits": "2007_trainval", "short": "96"})
+    datasets = build_datasets(config, voc_root)
+    net = build_network(config, datasets.classes, 1, False, None, mx.cpu())
+    with caplog.at_level("INFO"):
+        train_post, test_post = fit_proposals_to_images(net, config, datasets)
+    assert 128 <= train_post < 2000 and test_post == 300
+    assert net.rpn._train_post_nms == train_post and net._rpn_test_post_nms == test_post
+    assert "rpn proposals: post-NMS proposals capped" in caplog.text
+    assert "training 2000 -> %d" % train_post in caplog.text
+
+
+def test_images_too_small_for_the_sampled_regions_stop_with_the_smallest_size_that_works(voc_root):
+    config = from_hyperparameters({"network": "faster_rcnn_fpn_resnet50_v1b_coco", "dataset": "custom",
+                                   "pretrained_base": "false", "train_splits": "2007_trainval",
+                                   "short": "32", "max_size": "48"})
+    datasets = build_datasets(config, voc_root)
+    net = build_network(config, datasets.classes, 1, False, None, mx.cpu())
+    with pytest.raises(ConfigError) as err:
+        fit_proposals_to_images(net, config, datasets)
+    text = str(err.value)
+    assert "short=32 max_size=48 are too small" in text and "512 regions" in text
+    assert "Fix: set short to at least" in text
+    size = int(text.split("short to at least ")[1].split()[0])
+    bigger = from_hyperparameters({"network": "faster_rcnn_fpn_resnet50_v1b_coco", "dataset": "custom",
+                                   "pretrained_base": "false", "train_splits": "2007_trainval",
+                                   "short": str(size), "max_size": str(max(48, size))})
+    fit_proposals_to_images(net, bigger, datasets)  # the size it names works
