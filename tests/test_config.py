@@ -94,7 +94,8 @@ def test_bad_values_name_key_value_and_expectation(key, value, expected):
 
 @pytest.mark.parametrize("hps, expected", [
     (dict(lr_decay_epoch="20,14"), "strictly increasing"),
-    (dict(classes="a,b"), "only used with dataset=custom"),
+    (dict(classes="a,b"), "only used with dataset=custom or coco"),
+    (dict(dataset="coco", val_splits="a,b"), "COCO validation reads one annotation file"),
     (dict(dataset="custom", classes="a,a"), "duplicates"),
     (dict(mixup="true"), "never mixes"),
     (dict(train_splits="trainval"), "YEAR_NAME"),
@@ -103,6 +104,10 @@ def test_impossible_combinations(hps, expected):
     with pytest.raises(ConfigError) as err:
         build(**hps)
     assert expected in str(err.value)
+
+
+def test_coco_takes_a_subset_of_classes():
+    assert build(dataset="coco", classes="circle,square").classes == ("circle", "square")
 
 
 @pytest.mark.parametrize("batch, world, per_rank", [(None, 4, 1), (8, 4, 2), (1, 1, 1), (6, 3, 2)])

@@ -218,10 +218,12 @@ class TrainConfig:
     network: str = hp("faster_rcnn_resnet50_v1b_voc", choice(NETWORKS),
                       "Base network name (GluonCV model zoo name).")
     dataset: str = hp("voc", choice(DATASETS),
-                      "voc (Pascal VOC, 20 classes), coco, or custom (VOC layout, own classes).")
+                      "voc (Pascal VOC, 20 classes), coco (COCO-format JSON, its own categories), "
+                      "or custom (VOC layout, own classes).")
     classes: Tuple[str, ...] = hp((), parse_str_list,
-                                  "custom only: class names; empty means read them from the "
-                                  "training annotations.")
+                                  "custom and coco: the classes to train; empty means all of those "
+                                  "in the training annotations (coco: the training JSON's "
+                                  "categories).")
     train_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
                                                  "Training splits, e.g. 2007_trainval,2012_trainval.")
     val_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
@@ -423,9 +425,12 @@ def from_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
 def validate(config):
     """Rules that involve more than one field."""
     problems = []
-    if config.dataset != "custom" and config.classes:
-        problems.append("classes is only used with dataset=custom (dataset=%s has fixed classes)"
-                        % config.dataset)
+    if config.dataset == "voc" and config.classes:
+        problems.append("classes is only used with dataset=custom or coco (dataset=voc has its 20 "
+                        "classes)")
+    if config.dataset == "coco" and len(config.value("val_splits") or ()) > 1:
+        problems.append("val_splits=%s: COCO validation reads one annotation file; name one split"
+                        % ",".join(config.value("val_splits")))
     if len(set(config.classes)) != len(config.classes):
         problems.append("classes contains duplicates: %s" % ",".join(config.classes))
     decay = config.value("lr_decay_epoch")

@@ -165,10 +165,12 @@ class SubsetDataset:
     A sample that cannot be read becomes a DataError naming the image file, instead of a bare
     decoder error from deep inside a data-loader worker."""
 
-    def __init__(self, base, indices, image_paths):
+    def __init__(self, base, indices, image_paths,
+                 fix="replace or remove the file and its entry in ImageSets/Main."):
         self._base = base
         self._indices = list(indices)
         self._paths = list(image_paths)
+        self._fix = fix
 
     def __len__(self):
         return len(self._indices)
@@ -179,11 +181,16 @@ class SubsetDataset:
         except Exception as exc:  # any reader failure: say which file
             raise DataError("cannot read training/validation image %s (%s: %s)."
                             % (self._paths[idx], type(exc).__name__, str(exc).splitlines()[0][:200]),
-                            "replace or remove the file and its entry in ImageSets/Main.") from exc
+                            self._fix) from exc
 
     @property
     def classes(self):
         return self._base.classes
+
+    @property
+    def base(self):
+        """The reader underneath (GluonCV's COCO metric reads its annotations)."""
+        return self._base
 
     def transform(self, fn, lazy=True):
         import mxnet as mx
@@ -237,17 +244,24 @@ def build_datasets(config, data_root):
 
 
 def _coco_datasets(config, data_root):
-    from gluoncv.data import COCODetection
+    """COCO-format data (see coco_format.py): the training images that have objects of the chosen
+    categories; every validation image, in id order, as GluonCV's COCO metric expects."""
+    from .coco_format import coco_dataset_class, find_coco_root
 
-    try:
-        train = COCODetection(root=data_root, splits=list(config.value("train_splits")), use_crowd=False)
-        val = COCODetection(root=data_root, splits=list(config.value("val_splits")), skip_empty=False)
-    except (OSError, ImportError) as exc:
-        raise DataError("cannot read COCO from %s: %s" % (data_root, exc),
-                        "provide annotations/<split>.json and the image folders, and install "
-                        "pycocotools.") from exc
-    return Datasets(train=train, val=val, classes=tuple(train.classes),
-                    aspect_ratios=list(train.get_im_aspect_ratio()))
+    train_splits, val_splits = list(config.value("train_splits")), list(config.value("val_splits"))
+    root = find_coco_root(data_root, train_splits[0])
+    cls = coco_dataset_class()
+    train = cls(root, train_splits, config.classes, use_crowd=False)
+    if not len(train):
+        raise DataError("no training image in %s has an object of the classes %s."
+                        % (",".join(train_splits), ", ".join(train.classes)),
+                        "check the annotations, or choose other classes.")
+    val = cls(root, val_splits, train.classes, skip_empty=False)
+    fix = "replace the file, or remove its entry from the split's JSON."
+    return Datasets(train=SubsetDataset(train, range(len(train)), train._items, fix),  # pylint: disable=protected-access
+                    val=SubsetDataset(val, range(len(val)), val._items, fix),  # pylint: disable=protected-access
+                    classes=tuple(train.classes), aspect_ratios=list(train.get_im_aspect_ratio()),
+                    val_aspect_ratios=list(val.get_im_aspect_ratio()))
 
 
 def image_sizes(config, net):

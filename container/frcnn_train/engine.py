@@ -205,7 +205,7 @@ class ValidationHook(Hook):
     """Every val_interval epochs and after the last: all ranks validate their shard together."""
 
     def __init__(self, validate_fn, save_best_fn):
-        self.validate_fn = validate_fn  # () -> {'mAP', 'per_class', 'images'}
+        self.validate_fn = validate_fn  # () -> {'mAP', 'AP50', 'per_class', 'images'}
         self.save_best_fn = save_best_fn  # (engine) -> None, main rank only
 
     def after_epoch(self, engine):
@@ -216,11 +216,12 @@ class ValidationHook(Hook):
         result["epoch"] = engine.epoch
         engine.last_validation = result
         engine.history[-1]["mAP"] = result["mAP"]
+        engine.history[-1]["AP50"] = result["AP50"]
         if engine.world.is_main:
             for name, ap in result["per_class"].items():
                 LOG.info("validation: epoch=%d class=%s AP=%.4f", engine.epoch, name, ap)
-            LOG.info("validation: epoch=%d images=%d time=%.1fs mAP=%.4f", engine.epoch,
-                     result["images"], time.time() - start, result["mAP"])
+            LOG.info("validation: epoch=%d images=%d time=%.1fs mAP=%.4f AP50=%.4f", engine.epoch,
+                     result["images"], time.time() - start, result["mAP"], result["AP50"])
         if result["mAP"] > engine.best_map:
             engine.best_map = result["mAP"]
             if engine.world.is_main:

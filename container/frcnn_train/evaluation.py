@@ -5,7 +5,10 @@ allgathered (one collective, reached by every rank), put back in dataset order a
 GluonCV metric on every rank, so every rank ends with the same mAP and no rank waits alone.
 """
 
+import contextlib
+import io
 import math
+import re
 
 import numpy as np
 
@@ -14,7 +17,8 @@ def make_metric(config, datasets, save_prefix):
     if config.dataset == "coco":
         from gluoncv.utils.metrics.coco_detection import COCODetectionMetric
 
-        return COCODetectionMetric(datasets.val, save_prefix + "_eval", cleanup=True)
+        return COCODetectionMetric(getattr(datasets.val, "base", datasets.val), save_prefix + "_eval",
+                                   cleanup=True)
     from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 
     return VOC07MApMetric(iou_thresh=0.5, class_names=list(datasets.classes))
@@ -43,24 +47,61 @@ def detect_shard(net, loader, indices, ctx):
 
 
 def combine(metric, per_rank_results, coco=False):
-    """Feed every rank's detections, in dataset order, to ``metric``; return (names, values)."""
+    """Feed every rank's detections, in dataset order, to ``metric``; return
+    {'mAP', 'AP50', 'per_class': {name: AP}} as fractions."""
     merged = sorted((r for rank in per_rank_results for r in rank), key=lambda r: r[0])
     for _index, det_b, det_i, det_s, gt_b, gt_i, gt_d in merged:
         if coco:  # COCO metric: predictions only, matched to images by order
             metric.update(det_b, det_i, det_s)
         else:
             metric.update(det_b, det_i, det_s, gt_b, gt_i, gt_d)
-    names, values = metric.get()
-    return list(names), [float(v) for v in np.atleast_1d(values)]
+    if coco:
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools' progress prints
+            names, values = metric.get()
+        return coco_result(names, values, metric.dataset.classes)
+    return voc_result(*metric.get())
+
+
+def voc_result(names, values):
+    """VOC07MApMetric.get(): per-class APs then the mAP, at IoU 0.5 (so AP50 is the mAP)."""
+    values = [float(v) for v in np.atleast_1d(values)]
+    headline = _fraction(values[-1])
+    return {"mAP": headline, "AP50": headline,
+            "per_class": {n: v for n, v in zip(list(names)[:-1], values[:-1])}}
+
+
+_SUMMARY_AP50 = re.compile(r"Average Precision\s+\(AP\) @\[ IoU=0\.50\s+\|\s+area=\s*all\s+\|"
+                           r"\s+maxDets=\s*100 \] = (-?[0-9.]+|nan)")
+
+
+def coco_result(names, values, classes):
+    """COCODetectionMetric.get() returns strings: first pycocotools' multi-line summary (named
+    '~~~~ Summary metrics ~~~~'), then the AP of each class and last the mean AP at IoU
+    0.50:0.95, both in percent; with no usable predictions only ['mAP'], ['0.0']. AP50 is read
+    from the summary (pycocotools prints -1 for 'undefined')."""
+    names, values = list(names), list(values)
+    ap50 = 0.0
+    if names and names[0].startswith("~~~~ Summary"):
+        match = _SUMMARY_AP50.search(str(values[0]))
+        ap50 = _fraction(float(match.group(1))) if match else 0.0
+        names, values = names[1:], values[1:]
+    headline = _fraction(float(values[-1]) / 100.0) if values else 0.0
+    per_class = {n: float(v) / 100.0 for n, v in zip(names[:-1], values[:-1])}
+    if not per_class:  # no predictions at all: every class scores 0
+        per_class = {name: 0.0 for name in classes}
+    return {"mAP": headline, "AP50": ap50, "per_class": per_class}
+
+
+def _fraction(value):
+    """A headline AP: NaN or pycocotools' -1 ('undefined') count as 0."""
+    return 0.0 if math.isnan(value) or value < 0 else value
 
 
 def validate(net, loader, indices, ctx, metric, dist, coco=False):
-    """Run the shard, allgather, combine. Returns {'mAP': float, 'per_class': {name: AP}}."""
+    """Run the shard, allgather, combine. Returns {'mAP', 'AP50', 'per_class', 'images'}."""
     local = detect_shard(net, loader, indices, ctx)
     gathered = dist.allgather_object(local, "detections")
     metric.reset()
-    names, values = combine(metric, gathered, coco)
-    per_class = {n: v for n, v in zip(names[:-1], values[:-1])}
-    headline = values[-1]
-    return {"mAP": headline if not math.isnan(headline) else 0.0, "per_class": per_class,
-            "images": sum(len(r) for r in gathered)}
+    result = combine(metric, gathered, coco)
+    result["images"] = sum(len(r) for r in gathered)
+    return result

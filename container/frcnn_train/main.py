@@ -127,7 +127,9 @@ def run_job(config, env, dist):
 
     # Once per host: local rank 0 fetches, verifies and extracts; the others wait for its marker.
     work_dir = os.environ.get("FRCNN_WORK_DIR") or env.paths.work_dir
-    datasets = build_datasets(config, acquire_voc(config, env, world, work_dir))
+    data_root = env.require_coco_dir() if config.dataset == "coco" else \
+        acquire_voc(config, env, world, work_dir)
+    datasets = build_datasets(config, data_root)
     if world.is_main:
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
@@ -183,7 +185,7 @@ def run_job(config, env, dist):
                  "restored: %s", resume["path"], start_epoch, start_iteration, global_step,
                  optimizer_state_digest(trainer))
 
-    metric = make_metric(config, datasets, os.path.join(tempfile.gettempdir(), "frcnn_val_%d" % world.rank))
+    metric = make_metric(config, datasets, os.path.join(tempfile.mkdtemp(prefix="frcnn-val-"), "rank%d" % world.rank))
     step = ForwardBackward(net, config, ctx, amp_trainer=trainer if config.amp else None)
 
     def save_best(engine):
@@ -373,6 +375,7 @@ RUN_DEFAULTS = {
     "lr": "0.04",
     "lr_decay_epoch": "6",
     "lr_warmup": "20",
+    "lr_base_batch_size": "4",  # as the VOC presets, also for a generated COCO-format dataset
     "num_workers": "1",
     "log_interval": "10",
     "seed": "7",
@@ -380,12 +383,20 @@ RUN_DEFAULTS = {
 
 
 def prepare_run_tree(base, hyperparameters, n_train=48, n_test=24, n_train_2012=24, seed=0):
-    """A SageMaker-style tree with a generated VOCdevkit in the 'voc' channel."""
-    from .synthetic_voc import generate
+    """A SageMaker-style tree with generated data: a VOCdevkit in the 'voc' channel, or for
+    dataset=coco a COCO-format dataset (own categories) in the 'coco' channel."""
+    if str(hyperparameters.get("dataset", "")).strip('"') == "coco":
+        from .synthetic_coco import generate as generate_coco
 
-    channel = os.path.join(base, "input", "data", "voc")
-    if not os.path.isdir(os.path.join(channel, "VOCdevkit")):
-        generate(channel, n_train, n_test, n_train_2012, seed=seed)
+        channel = os.path.join(base, "input", "data", "coco")
+        if not os.path.isdir(os.path.join(channel, "annotations")):
+            generate_coco(channel, n_train + n_train_2012, n_test, seed=seed)
+    else:
+        from .synthetic_voc import generate
+
+        channel = os.path.join(base, "input", "data", "voc")
+        if not os.path.isdir(os.path.join(channel, "VOCdevkit")):
+            generate(channel, n_train, n_test, n_train_2012, seed=seed)
     config_dir = os.path.join(base, "input", "config")
     os.makedirs(config_dir, exist_ok=True)
     with open(os.path.join(config_dir, "hyperparameters.json"), "w") as handle:

@@ -3,7 +3,9 @@
 The engine writes these lines (engine.py); the launcher passes ``METRIC_DEFINITIONS`` to the
 Estimator. The regexes match with or without mpirun's ``[1,0]<stdout>:`` prefix since they are
 not anchored. Training metrics come from the per-epoch summary line (one point per epoch, global
-over all ranks); ``validation:mAP`` is the tuning objective.
+over all ranks); ``validation:mAP`` is the tuning objective: VOC07 mAP at IoU 0.5 for voc and
+custom, COCO's AP at IoU 0.50:0.95 for coco, always a fraction. ``validation:AP50`` is the AP at
+IoU 0.5 (for VOC the same number as the mAP).
 """
 
 _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
@@ -17,6 +19,7 @@ METRIC_DEFINITIONS = (
         {"Name": "train:data_wait_pct", "Regex": r"\] summary: .* data_wait=%s%%" % _NUMBER},
         {"Name": "train:lr", "Regex": r"\] summary: .* lr=%s" % _NUMBER},
         {"Name": "validation:mAP", "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ mAP=%s" % _NUMBER},
+        {"Name": "validation:AP50", "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ mAP=\S+ AP50=%s" % _NUMBER},
     ]
 )
 

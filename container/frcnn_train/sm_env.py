@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from .errors import ConfigError, DataError
 
 DATA_CHANNELS = ("voc", "train", "training")  # 'training' is what fit("s3://...") names it
+COCO_CHANNELS = ("coco", "train", "training")
 
 
 @dataclass(frozen=True)
@@ -106,12 +107,22 @@ class Environment:
         path = self.paths.channel(name)
         return path if os.path.isdir(path) else None
 
-    def data_channel(self):
-        """The first existing of the data channels (voc, train, training)."""
-        for name in DATA_CHANNELS:
+    def data_channel(self, names=DATA_CHANNELS):
+        """The first existing of the data channels ``names`` (default: voc, train, training)."""
+        for name in names:
             if self.channel_dir(name):
                 return name, self.channel_dir(name)
         return None, None
+
+    def require_coco_dir(self):
+        """The COCO-format data channel (coco, train, training)."""
+        name, path = self.data_channel(COCO_CHANNELS)
+        if path is None:
+            raise DataError("no data channel: none of %s exists under %s."
+                            % (", ".join(COCO_CHANNELS), self.paths.channels_dir),
+                            "give the job a 'coco' channel holding annotations/<split>.json and the "
+                            "split's image folders.")
+        return path
 
     def require_data_dir(self):
         name, path = self.data_channel()

@@ -1,0 +1,65 @@
+"""A small generated dataset in the COCO layout GluonCV reads, with its own categories.
+
+``annotations/instances_train2017.json`` and ``annotations/instances_val2017.json`` with the images
+under ``train2017/`` and ``val2017/`` (so the COCO presets' split names work unchanged), made of the
+same shapes as :mod:`frcnn_train.synthetic_voc`. Like a labelling tool's export it has categories of
+its own (ids 1, 3, 5: not contiguous, not COCO's 80); training entries name their image with
+``file_name`` only, validation entries also carry a ``coco_url`` (as COCO's own files do), and the
+last validation image has no object at all.
+"""
+
+import json
+import os
+import random
+
+from .synthetic_voc import SHAPES, _background, make_image
+
+TRAIN_SPLIT = "instances_train2017"
+VAL_SPLIT = "instances_val2017"
+
+
+def category_ids(classes):
+    return [2 * i + 1 for i in range(len(classes))]
+
+
+def write_split(root, split, count, classes, rng, with_url=False, empty_last=False, first_id=1):
+    """Write ``count`` images under ``root/<folder>`` and ``annotations/<split>.json``."""
+    folder = split.split("_", 1)[1] if split.startswith("instances_") else split
+    os.makedirs(os.path.join(root, folder), exist_ok=True)
+    os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
+    ids = dict(zip(classes, category_ids(classes)))
+    images, annotations = [], []
+    for n in range(count):
+        image_id = first_id + n
+        if empty_last and n == count - 1:
+            width, height = 160, 120
+            img, objects = _background(rng, width, height), []
+        else:
+            img, objects = make_image(rng, list(classes))
+        name = "%012d.jpg" % image_id
+        img.save(os.path.join(root, folder, name), quality=90)
+        entry = {"id": image_id, "file_name": name, "width": img.width, "height": img.height}
+        if with_url:
+            entry["coco_url"] = "http://images.example.invalid/%s/%s" % (folder, name)
+        images.append(entry)
+        for cls, x0, y0, x1, y1 in objects:  # pixel-inclusive corners -> COCO [x, y, w, h]
+            w, h = x1 - x0 + 1, y1 - y0 + 1
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id,
+                                "category_id": ids[cls], "bbox": [x0, y0, w, h], "area": w * h,
+                                "iscrowd": 0, "segmentation": []})
+    document = {"info": {"description": "generated shapes"}, "licenses": [], "images": images,
+                "annotations": annotations,
+                "categories": [{"id": ids[c], "name": c, "supercategory": "shape"} for c in classes]}
+    with open(os.path.join(root, "annotations", split + ".json"), "w") as handle:
+        json.dump(document, handle)
+    return document
+
+
+def generate(root, n_train=48, n_val=24, classes=SHAPES, seed=0):
+    """Create the COCO-layout dataset under ``root`` and return ``root``."""
+    rng = random.Random(seed)
+    write_split(root, TRAIN_SPLIT, n_train, classes, rng)
+    write_split(root, VAL_SPLIT, n_val, classes, rng, with_url=True, empty_last=n_val > 1,
+                first_id=100000)
+    return root
+

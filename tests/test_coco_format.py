@@ -1,0 +1,155 @@
+"""COCO-format data with its own categories: the reader, class subsets, bad input, and the COCO
+metric's results read correctly (strings, percent, a summary first)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from frcnn_train.config import from_hyperparameters
+from frcnn_train.datasets import build_datasets
+from frcnn_train.errors import DataError
+from frcnn_train.evaluation import coco_result, combine, make_metric
+from frcnn_train.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
+
+
+@pytest.fixture
+def coco_root(tmp_path):
+    return generate(str(tmp_path / "coco"), n_train=6, n_val=4, seed=1)
+
+
+def config(**hps):
+    return from_hyperparameters(dict({"dataset": "coco"}, **hps))
+
+
+def ground_truth_as_predictions(val, drop_class=None):
+    results = []
+    for index in range(len(val)):
+        _img, label = val[index]
+        label = label[(label[:, 4] >= 0) & (label[:, 4] != (-9 if drop_class is None else drop_class))]
+        results.append((index, label[None, :, :4], label[None, :, 4:5],
+                        np.ones((1, len(label), 1)), None, None, None))
+    return results
+
+
+def test_own_categories_come_from_the_training_json(coco_root, tmp_path):
+    datasets = build_datasets(config(), coco_root)
+    assert datasets.classes == ("circle", "square", "triangle")  # ids 1, 3, 5: not COCO's 80
+    assert len(datasets.train) == 6
+    assert len(datasets.val) == 4  # every validation image, the one without objects too
+    assert datasets.val.base.contiguous_id_to_json == {0: 1, 1: 3, 2: 5}
+    assert len(datasets.val_aspect_ratios) == 4 and len(datasets.aspect_ratios) == 6
+    # Training entries have file_name only (found under train2017/); validation ones coco_url.
+    assert all("/train2017/" in p for p in datasets.train.base._items)
+    image, label = datasets.train[0]
+    assert image.shape[2] == 3 and label.shape[1] == 5 and set(label[:, 4]) <= {0, 1, 2}
+
+
+def test_gluoncvs_own_reader_refuses_such_a_file(coco_root):
+    """Why coco_format.py exists: GluonCV's COCODetection takes only COCO's 80 names."""
+    from gluoncv.data import COCODetection
+
+    with pytest.raises(ValueError, match="Incompatible category names"):
+        COCODetection(root=coco_root, splits=[TRAIN_SPLIT])
+
+
+def test_classes_pick_a_subset_scored_alone(coco_root):
+    datasets = build_datasets(config(classes="Triangle,circle"), coco_root)
+    assert datasets.classes == ("circle", "triangle")  # in the JSON's id order
+    assert datasets.val.base.contiguous_id_to_json == {0: 1, 1: 5}
+    for index in range(len(datasets.train)):
+        assert set(datasets.train[index][1][:, 4]) <= {0, 1}
+    metric = make_metric(config(classes="triangle,circle"), datasets, os.path.join(coco_root, "v"))
+    result = combine(metric, [ground_truth_as_predictions(datasets.val)], coco=True)
+    assert result == {"mAP": 1.0, "AP50": 1.0, "per_class": {"circle": 1.0, "triangle": 1.0}}
+
+
+def test_coco_metric_results_are_fractions_with_ap50_from_all_ranks(coco_root):
+    datasets = build_datasets(config(), coco_root)
+    metric = make_metric(config(), datasets, os.path.join(coco_root, "v"))
+    predictions = ground_truth_as_predictions(datasets.val, drop_class=2)  # no triangle found
+    shards = [predictions[1::2], predictions[0::2]]  # as two ranks return them, out of order
+    result = combine(metric, shards, coco=True)
+    assert result["per_class"]["circle"] == 1.0 and result["per_class"]["triangle"] == 0.0
+    assert 0.0 < result["mAP"] < 1.0 and 0.0 < result["AP50"] < 1.0
+    metric.reset()
+    empty = [(i, np.zeros((1, 0, 4)), np.zeros((1, 0, 1)), np.zeros((1, 0, 1)), None, None, None)
+             for i in range(len(datasets.val))]
+    assert combine(metric, [empty], coco=True) == {
+        "mAP": 0.0, "AP50": 0.0, "per_class": {"circle": 0.0, "square": 0.0, "triangle": 0.0}}
+
+
+SUMMARY = "\n".join([
+    " Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ] = 0.412",
+    " Average Precision  (AP) @[ IoU=0.50      | area=   all | maxDets=100 ] = 0.637",
+    " Average Precision  (AP) @[ IoU=0.75      | area=   all | maxDets=100 ] = 0.450",
+    " Average Recall     (AR) @[ IoU=0.50:0.95 | area= large | maxDets=100 ] = -1.000"])
+
+
+def test_coco_result_reads_strings_in_percent_after_the_summary():
+    names = ["~~~~ Summary metrics ~~~~\n", "cat", "traffic light",
+             "~~~~ MeanAP @ IoU=[0.50,0.95] ~~~~\n"]
+    result = coco_result(names, [SUMMARY, "40.0", "42.5", "41.2"], ("cat", "traffic light"))
+    assert result == {"mAP": pytest.approx(0.412), "AP50": pytest.approx(0.637),
+                      "per_class": {"cat": pytest.approx(0.40), "traffic light": pytest.approx(0.425)}}
+    # GluonCV's answer when pycocotools has nothing to score, and a NaN headline.
+    assert coco_result(["mAP"], ["0.0"], ("cat",)) == {"mAP": 0.0, "AP50": 0.0, "per_class": {"cat": 0.0}}
+    assert coco_result(names, [SUMMARY.replace("0.637", "-1.000"), "nan", "nan", "nan"],
+                       ("cat", "traffic light"))["mAP"] == 0.0
+
+
+def rewrite(root, split, change):
+    path = os.path.join(root, "annotations", split + ".json")
+    document = json.load(open(path))
+    change(document)
+    with open(path, "w") as handle:
+        json.dump(document, handle)
+
+
+@pytest.mark.parametrize("change, hps, words", [
+    (lambda d: d["images"][1].update(file_name="gone.jpg"), {}, ["1 image(s)", "gone.jpg", "train2017/"]),
+    (lambda d: d.pop("categories"), {}, ["no 'categories' list"]),
+    (lambda d: d["annotations"][0].pop("bbox"), {}, ["lacks bbox"]),
+    (lambda d: d["images"][0].pop("file_name"), {}, ["neither file_name nor coco_url"]),
+    (lambda d: d["categories"].append({"id": 9, "name": "circle"}), {}, ["several categories circle"]),
+    (lambda d: None, {"classes": "hexagon"}, ["hexagon", "it has: circle, square, triangle"]),
+])
+def test_bad_coco_data_is_a_data_error_with_cause_and_fix(coco_root, change, hps, words):
+    rewrite(coco_root, TRAIN_SPLIT, change)
+    with pytest.raises(DataError) as err:
+        build_datasets(config(**hps), coco_root)
+    text = str(err.value)
+    assert text.startswith("DataError:") and "Fix:" in text
+    for word in words:
+        assert word in text, text
+
+
+def test_exports_without_area_or_iscrowd_are_read(coco_root):
+    def strip(document):
+        for ann in document["annotations"]:
+            ann.pop("area"), ann.pop("iscrowd")
+
+    rewrite(coco_root, TRAIN_SPLIT, strip)
+    rewrite(coco_root, VAL_SPLIT, strip)
+    datasets = build_datasets(config(), coco_root)
+    metric = make_metric(config(), datasets, os.path.join(coco_root, "v"))
+    assert combine(metric, [ground_truth_as_predictions(datasets.val)], coco=True)["mAP"] == 1.0
+
+
+def test_missing_annotations_and_invalid_json(coco_root, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="no annotations/instances_train2017.json"):
+        build_datasets(config(), str(empty))
+    with open(os.path.join(coco_root, "annotations", VAL_SPLIT + ".json"), "w") as handle:
+        handle.write("{broken")
+    with pytest.raises(DataError, match="is not valid JSON"):
+        build_datasets(config(), coco_root)
+
+
+def test_data_one_folder_down_in_the_channel_is_found(coco_root, tmp_path):
+    channel = tmp_path / "channel"
+    channel.mkdir()
+    os.rename(coco_root, str(channel / "mydata"))
+    assert build_datasets(config(), str(channel)).classes == ("circle", "square", "triangle")
