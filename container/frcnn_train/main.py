@@ -160,7 +160,9 @@ def run_job(config, env, dist):
             with open(os.path.join(path, "trainer.states"), "rb") as handle:
                 resume = dict(state, trainer_states=handle.read(), path=path)
         elif env.channel_dir("model"):
-            _load_start_model(net, env.channel_dir("model"), ctx)
+            from .start_model import start_from_channel
+
+            start_from_channel(net, env.channel_dir("model"), ctx)
     resume = dist.broadcast_object(resume, "resume")
     dist.broadcast_parameters(net.collect_params())
 
@@ -294,22 +296,6 @@ def config_mod_short(config, net):
     short = short[-1] if isinstance(short, (list, tuple)) else short
     max_size = config.max_size if config.max_size is not None else net.max_size
     return short, max_size
-
-
-def _load_start_model(net, directory, ctx):
-    """Start from params in the 'model' channel (fine-tuning); the class head may differ."""
-    import glob
-
-    candidates = sorted(glob.glob(os.path.join(glob.escape(directory), "*.params")))
-    preferred = [c for c in candidates if os.path.basename(c) in ("model.params", "model-best.params")]
-    chosen = (preferred or candidates or [None])[0]
-    if chosen is None:
-        from .errors import DataError
-
-        raise DataError("the 'model' channel %s holds no .params file." % directory,
-                        "put model.params from an earlier job into the 'model' channel, or drop the channel.")
-    LOG.info("start model: %s", chosen)
-    net.load_parameters(chosen, ctx=ctx, allow_missing=True, ignore_extra=True)
 
 
 def export_symbol(config, classes, params_path, prefix, sizes, proposals):

@@ -1,0 +1,177 @@
+"""Starting a job from an earlier job's model (the 'model' channel): fine-tuning.
+
+The channel holds that job's ``model.tar.gz`` (as SageMaker packs /opt/ml/model) or its files
+(``model-best.params`` or ``model.params``, with ``classes.json``). A tarball is extracted through
+:mod:`frcnn_train.archive` (the project's safe extraction), only the files needed here. With the
+same class list every parameter is loaded. With a different one the backbone, RPN and box head are
+reused and the class head is re-initialised for the new classes (GluonCV's ``reset_class``; rows of
+classes both lists share, and the background, keep their trained weights). The log says what was
+reused.
+"""
+
+import glob
+import json
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+
+from .errors import DataError
+
+LOG = logging.getLogger(__name__)
+
+PARAMS_FILES = ("model-best.params", "model.params")  # in order of preference
+CLASSES_FILE = "classes.json"
+ARCHIVE_PATTERNS = ("*.tar.gz", "*.tgz", "*.tar")
+
+
+def start_from_channel(net, channel, ctx):
+    """Load the model in ``channel`` into ``net`` (materialised, on ``ctx``); returns the summary."""
+    scratch = tempfile.mkdtemp(prefix="frcnn-start-model-")
+    try:
+        params, classes = start_model_files(channel, scratch)
+        summary = load_start_model(net, params, classes, ctx)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    LOG.info("start model: %s", describe(summary))
+    return summary
+
+
+def start_model_files(channel, scratch):
+    """(params file, class list or None) from a model directory or a model tarball in ``channel``."""
+    found = _model_files_in(channel)
+    if found:
+        return found
+    archives = sorted(p for pattern in ARCHIVE_PATTERNS
+                      for p in glob.glob(os.path.join(glob.escape(channel), pattern)))
+    for path in archives:
+        found = _model_files_in(_extract(path, scratch), walk=True)
+        if found:
+            return found
+    raise DataError("the 'model' channel %s holds neither %s nor a model.tar.gz holding one."
+                    % (channel, " nor ".join(PARAMS_FILES)),
+                    "put an earlier job's model.tar.gz (or its model-best.params/model.params with "
+                    "classes.json) into the 'model' channel, or drop the channel.")
+
+
+def _model_files_in(root, walk=False):
+    """The preferred params file at the top of ``root`` (with ``walk``: in its shallowest directory
+    that has one, as a tarball may hold a folder)."""
+    best = None
+    for directory, _dirs, files in (os.walk(root) if walk else [(root, None, os.listdir(root))]):
+        depth = os.path.relpath(directory, root).count(os.sep) if directory != root else -1
+        name = next((n for n in PARAMS_FILES if n in files), None)
+        if name and (best is None or depth < best[0]):
+            best = (depth, os.path.join(directory, name))
+    if best is None:
+        return None
+    params = best[1]
+    classes_path = os.path.join(os.path.dirname(params), CLASSES_FILE)
+    classes = None
+    if os.path.isfile(classes_path):
+        try:
+            with open(classes_path) as handle:
+                classes = json.load(handle)
+        except ValueError as exc:
+            raise DataError("%s in the 'model' channel is not valid JSON (%s)." % (CLASSES_FILE, exc),
+                            "use the classes.json the earlier job wrote.") from None
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise DataError("%s in the 'model' channel is not a list of class names." % CLASSES_FILE,
+                            "use the classes.json the earlier job wrote.")
+    return params, classes
+
+
+def _extract(path, scratch):
+    from . import archive
+    from .predict import MODEL_LIMITS
+
+    def wanted(member):
+        return member.isfile() and posixpath.basename(member.name) in PARAMS_FILES + (CLASSES_FILE,)
+
+    try:
+        with open(path, "rb") as handle:
+            return archive.extract(handle, scratch, limits=MODEL_LIMITS, select=wanted).path
+    except archive.ArchiveError as exc:
+        raise DataError("cannot use %s from the 'model' channel: %s." % (os.path.basename(path), exc.reason),
+                        "put the model.tar.gz an earlier job wrote into the 'model' channel.") from None
+
+
+def load_start_model(net, params_path, saved_classes, ctx):
+    """Load ``params_path`` into ``net``: every array whose name and shape match. When the saved
+    classes differ from the network's, the class head is shaped for the saved classes to load it,
+    then reset to the network's classes (GluonCV's reset_class), keeping the rows of shared classes."""
+    import mxnet as mx
+
+    try:
+        saved = mx.nd.load(params_path)
+    except mx.base.MXNetError as exc:
+        raise DataError("cannot read %s from the 'model' channel (%s)." % (
+            os.path.basename(params_path), str(exc).strip().splitlines()[-1][:200]),
+            "put the model.tar.gz an earlier job wrote into the 'model' channel.") from None
+    new_classes = list(net.classes)
+    differ = saved_classes is not None and list(saved_classes) != new_classes
+    if differ:
+        _forget_target_generator(net)
+        net.reset_class(list(saved_classes))
+    own = net._collect_params_with_prefix()  # pylint: disable=protected-access  (save_parameters' names)
+    reused, mismatched = [], []
+    for name, param in own.items():
+        if name not in saved:
+            continue
+        if tuple(saved[name].shape) != tuple(param.shape):
+            mismatched.append(name)
+            continue
+        param.set_data(saved[name].as_in_context(ctx))
+        reused.append(name)
+    if not reused:
+        raise DataError("no parameter of %s fits this network (%d saved arrays, none with a name and "
+                        "shape of the network's)." % (os.path.basename(params_path), len(saved)),
+                        "start from a model of the same network, or drop the 'model' channel.")
+    kept_rows = []
+    if differ:
+        kept_rows = [c for c in new_classes if c in saved_classes]
+        _forget_target_generator(net)
+        net.reset_class(new_classes, reuse_weights=list(kept_rows) or None)
+    head = ("class_predictor", "box_predictor")
+    return {"path": params_path, "saved_classes": saved_classes, "classes": new_classes,
+            "reused": [n for n in reused if not (differ and n.startswith(head))],
+            "reinitialised": [n for n in own if differ and n.startswith(head)],
+            "mismatched": mismatched, "unused": [n for n in saved if n not in own],
+            "kept_rows": kept_rows, "total": len(own)}
+
+
+def _forget_target_generator(net):
+    """A Faster R-CNN that ran a training forward holds an RCNNTargetGenerator made for its class
+    count; reset_class replaces it with a factory, which gluon refuses for a registered child
+    ("Changing attribute type for _target_generator"). Drop the instance: the factory makes a new
+    one for the new class count at the next training forward."""
+    from mxnet.gluon import Block
+
+    if isinstance(net.__dict__.get("_target_generator"), Block):
+        net._children.pop("_target_generator", None)  # pylint: disable=protected-access
+        del net.__dict__["_target_generator"]
+
+
+def _blocks(names):
+    counts = {}
+    for name in names:
+        block = name.split(".")[0]
+        counts[block] = counts.get(block, 0) + 1
+    return ", ".join("%s (%d)" % item for item in counts.items()) or "none"
+
+
+def describe(summary):
+    """One log line: what was loaded from where, and what was re-initialised."""
+    text = "%s: reused %d of %d parameter arrays: %s" % (
+        summary["path"], len(summary["reused"]), summary["total"], _blocks(summary["reused"]))
+    if summary["saved_classes"] is not None and summary["saved_classes"] != summary["classes"]:
+        text += "; classes %s -> %s: class head re-initialised (%s), trained rows kept for %s" % (
+            ",".join(summary["saved_classes"]), ",".join(summary["classes"]),
+            _blocks(summary["reinitialised"]),
+            ", ".join(["background"] + summary["kept_rows"]) if summary["kept_rows"] else "none")
+    elif summary["mismatched"]:
+        text += "; not loaded (shape differs): %s" % _blocks(summary["mismatched"])
+    if summary["unused"]:
+        text += "; saved arrays this network does not have: %d" % len(summary["unused"])
+    return text
