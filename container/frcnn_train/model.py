@@ -208,8 +208,8 @@ def fit_proposals_to_images(net, config, datasets):
     train_shorts, val_short, max_size = image_sizes(config, net)
     count = anchor_counter(net)
     train_anchors, train_hw = fewest_anchors(count, datasets.aspect_ratios, min(train_shorts), max_size)
-    val_anchors, val_hw = fewest_anchors(count, getattr(datasets, "val_aspect_ratios", None)
-                                         or datasets.aspect_ratios, val_short, max_size)
+    val_anchors, val_hw = fewest_anchors(count, datasets.val_aspect_ratios or datasets.aspect_ratios,
+                                         val_short, max_size)
     rpn, needed = net.rpn, int(net._num_sample)  # pylint: disable=protected-access
     if train_anchors < needed:
         raise ConfigError(
