@@ -412,8 +412,6 @@ def acquire_voc(config, env, world, work_dir, options=None):
     happened when the data cannot be had.
     """
     opts = options or FetchOptions.from_environ()
-    if config.dataset == "coco":
-        return env.require_data_dir()
     specs = tar_specs(config.data_checksums)
     channel_name, channel_path = env.data_channel()
     if channel_path and channel_holds_extracted(channel_path, specs):
