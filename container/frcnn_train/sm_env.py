@@ -124,14 +124,6 @@ class Environment:
                             "split's image folders.")
         return path
 
-    def require_data_dir(self):
-        name, path = self.data_channel()
-        if path is None:
-            raise DataError("no data channel: none of %s exists under %s."
-                            % (", ".join(DATA_CHANNELS), self.paths.channels_dir),
-                            "give the job a 'voc' channel holding the VOC tars or an extracted VOCdevkit.")
-        return path
-
     @property
     def checkpoint_dir(self):
         """checkpointconfig.json's LocalPath when checkpointing is configured, else /opt/ml/checkpoints."""
