@@ -188,6 +188,12 @@ def test_failure_text_names_every_source_and_fits():
 
 # ------------------------------------------------------------------------------------------ sources
 
+def test_no_source_at_all_is_named(tmp_path):
+    config, env, work = job(tmp_path)
+    with pytest.raises(DataError, match="no data source: no 'voc' .* channel, no data_s3_uri and no data_mirrors"):
+        acquire_voc(config, env, World(), work, FAST)
+
+
 def test_extracted_channel_is_used_as_is(tmp_path):
     config, env, work = job(tmp_path)
     channel = tmp_path / "opt_ml" / "input" / "data" / "voc"

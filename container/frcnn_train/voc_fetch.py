@@ -418,6 +418,9 @@ def acquire_voc(config, env, world, work_dir, options=None):
         LOG.info("data: using the extracted data in channel '%s' (%s) as is", channel_name, channel_path)
         return channel_path
     planned = plan_sources(config.data_s3_uri, config.data_mirrors, channel_name, channel_path)
+    if not planned:
+        raise DataError("no data source: no 'voc' (or 'train', 'training') channel, no data_s3_uri and no "
+                        "data_mirrors.", _FIX_SOURCES)
     root = os.path.join(os.path.abspath(work_dir), DATA_DIR_NAME)
     key = data_key(specs, planned)
     expected = expected_content(s.name for s in specs)
