@@ -24,7 +24,7 @@ S3 is O(range)); ``--moto-ranges fast`` (the default) makes moto keep each objec
 a range costs what it sends, and ``--moto-ranges stock`` measures moto unchanged.
 
 Usage: python benchmarks/fetch_benchmark.py [--gb 1.2] [--rounds 3] [--drop-caches] [--runs-dir DIR]
-       [--moto-ranges fast|stock] [--json out.json]
+       [--moto-ranges fast|stock] [--connection-mbps 100] [--json out.json]
 The machine should be otherwise idle: on 2 cores every variant is CPU-bound.
 """
 
@@ -57,8 +57,10 @@ PREFIX = "voc/"
 
 # ------------------------------------------------------------------------- the server process
 
-def serve(fast_ranges):
-    """Child process: ThreadedMotoServer on 127.0.0.1 with a byte counter; prints the port."""
+def serve(fast_ranges, connection_mbps=0.0):
+    """Child process: ThreadedMotoServer on 127.0.0.1 with a byte counter; prints the port. With
+    ``connection_mbps``, every GET body is paced to that many MB/s per connection (real S3 serves
+    one connection at roughly 50-100 MB/s, which is what parallel ranged GETs are for)."""
     from moto.moto_server import threaded_moto_server as tms
     from moto.server import ThreadedMotoServer
 
@@ -99,11 +101,19 @@ def serve(fast_ranges):
                 return result
 
             def counted():
+                started, sent = time.monotonic(), 0
                 try:
-                    for piece in result:
-                        with lock:
-                            counter["get_bytes"] += len(piece)
-                        yield piece
+                    for whole in result:
+                        for offset in range(0, len(whole), 256 << 10):
+                            piece = whole[offset:offset + (256 << 10)]
+                            with lock:
+                                counter["get_bytes"] += len(piece)
+                            yield piece
+                            sent += len(piece)
+                            if connection_mbps:
+                                ahead = sent / (connection_mbps * MB) - (time.monotonic() - started)
+                                if ahead > 0:
+                                    time.sleep(ahead)
                 finally:
                     with lock:
                         counter["gets"] += 1
@@ -127,9 +137,10 @@ def serve(fast_ranges):
     sys.stdin.read()  # until the parent closes the pipe
 
 
-def start_server(fast_ranges):
+def start_server(fast_ranges, connection_mbps=0.0):
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve",
-                             "--moto-ranges", "fast" if fast_ranges else "stock"],
+                             "--moto-ranges", "fast" if fast_ranges else "stock",
+                             "--connection-mbps", str(connection_mbps)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     port = int(proc.stdout.readline())
     return proc, "http://127.0.0.1:%d" % port
@@ -287,17 +298,20 @@ def main(argv=None):
     parser.add_argument("--json", default=None, help="also write the result here")
     parser.add_argument("--only", default=None,
                         help="comma-separated variants to run (development; the ratios need all)")
+    parser.add_argument("--connection-mbps", type=float, default=0.0,
+                        help="pace every GET body to this many MB/s per connection (0: as fast as "
+                             "loopback goes); real S3 gives one connection roughly 50-100 MB/s")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        return serve(args.moto_ranges == "fast")
+        return serve(args.moto_ranges == "fast", args.connection_mbps)
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     tar_dir, sums = build_tars(args.cache, args.gb)
     names = sorted(sums)
     sizes = {n: os.path.getsize(os.path.join(tar_dir, n)) for n in names}
     total = sum(sizes.values())
-    proc, endpoint = start_server(args.moto_ranges == "fast")
+    proc, endpoint = start_server(args.moto_ranges == "fast", args.connection_mbps)
     os.environ.update(AWS_ENDPOINT_URL_S3=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_DEFAULT_REGION="us-east-1")
     runs = os.path.join(args.runs_dir or args.cache, "frcnn-fetch-runs-%d" % os.getpid())
@@ -362,7 +376,8 @@ def main(argv=None):
         floor = max(median["floor_network"], median["floor_extract"])
         result = {
             "data": {"tars": sizes, "total_bytes": total, "total_MB": round(total / MB, 1)},
-            "server": "moto ThreadedMotoServer on 127.0.0.1 (child process), ranges %s" % args.moto_ranges,
+            "server": "moto ThreadedMotoServer on 127.0.0.1 (child process), ranges %s, %s per connection"
+                      % (args.moto_ranges, "%g MB/s" % args.connection_mbps if args.connection_mbps else "unpaced"),
             "settings": {"chunk_size": opts.chunk_size, "s3_workers_per_tar": opts.s3_workers,
                          "extract_parallelism": opts.extract_parallelism, "rounds": args.rounds,
                          "drop_caches": args.drop_caches, "cpus": os.cpu_count(), "runs_dir": runs,
