@@ -11,7 +11,7 @@ def payload(text):
     def write(tmp):
         with open(os.path.join(tmp, "model.params"), "w") as handle:
             handle.write(text)
-        with open(os.path.join(tmp, "trainer.states"), "w") as handle:
+        with open(os.path.join(tmp, "optimizer.params"), "w") as handle:
             handle.write(text * 2)
     return write
 
@@ -23,7 +23,7 @@ def test_save_then_latest_returns_state_and_files(tmp_path):
     path, state = m.latest()
     assert os.path.basename(path) == "ckpt-00000002"
     assert state["epoch"] == 2 and state["global_step"] == 20
-    assert state["files"] == {"model.params": 2, "trainer.states": 4}
+    assert state["files"] == {"model.params": 2, "optimizer.params": 4}
     assert open(os.path.join(tmp_path, "latest")).read().strip() == "ckpt-00000002"
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
 
@@ -93,3 +93,83 @@ def test_saving_the_same_epoch_again_replaces_it(tmp_path):
     m.save(1, {"epoch": 1, "note": "second"}, payload("abc"))
     state = json.load(open(os.path.join(tmp_path, "ckpt-00000001", "state.json")))
     assert state["note"] == "second" and state["files"]["model.params"] == 3
+
+
+# ----------------------------------------------------------------------- optimizer state, no pickle
+
+def _trained(steps, momentum=0.9):
+    """A tiny Gluon net and its SGD trainer after ``steps`` updates (fixed data, fixed init)."""
+    import mxnet as mx
+
+    mx.random.seed(7)
+    net = mx.gluon.nn.Dense(3, in_units=4)
+    net.initialize(mx.init.Xavier())
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": momentum})
+    data = mx.nd.array([[1, 2, 3, 4], [0.5, -1, 2, 0]])
+    for _ in range(steps):
+        with mx.autograd.record():
+            loss = (net(data) ** 2).sum()
+        loss.backward()
+        trainer.step(2)
+    return net, trainer, data
+
+
+def test_optimizer_state_round_trips_without_pickle(tmp_path):
+    import mxnet as mx
+
+    from frcnn_train.checkpoint import apply_optimizer_state, read_optimizer_state, save_optimizer_state, states_digest
+
+    net, trainer, data = _trained(3)
+    save_optimizer_state(trainer, str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["optimizer.json", "optimizer.params"]
+    layout = json.load(open(tmp_path / "optimizer.json"))  # plain JSON and MXNet's array format
+    assert layout["num_update"] == 3 and set(layout["states"]) == {"0", "1"}
+    assert set(mx.nd.load(str(tmp_path / "optimizer.params"))) == {"0", "1"}
+
+    fresh_net, fresh, _ = _trained(0)
+    pairs = list(zip(net.collect_params().values(), fresh_net.collect_params().values()))
+    for param, twin in pairs:  # the weights come from model.params in a real resume
+        twin.set_data(param.data())
+    apply_optimizer_state(fresh, *read_optimizer_state(str(tmp_path)))
+    assert states_digest(fresh._updaters[0].states) == states_digest(trainer._updaters[0].states)
+    assert fresh._updaters[0].optimizer.num_update == 3
+    for model, opt in ((net, trainer), (fresh_net, fresh)):  # one more step: the same weights
+        with mx.autograd.record():
+            loss = (model(data) ** 2).sum()
+        loss.backward()
+        opt.step(2)
+    for param, twin in pairs:
+        assert (param.data() - twin.data()).abs().max().asscalar() < 1e-6
+
+
+def test_a_pickled_optimizer_state_is_never_loaded(tmp_path):
+    import pickle
+
+    from frcnn_train.checkpoint import read_optimizer_state
+
+    marker = tmp_path / "code-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (tmp_path / "trainer.states").write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(CheckpointError, match="earlier version, whose pickled optimizer state is not loaded"):
+        read_optimizer_state(str(tmp_path))
+    assert not marker.exists()
+
+
+def test_a_damaged_optimizer_state_is_a_checkpoint_error(tmp_path):
+    from frcnn_train.checkpoint import read_optimizer_state, save_optimizer_state
+
+    _, trainer, _ = _trained(1)
+    save_optimizer_state(trainer, str(tmp_path))
+    (tmp_path / "optimizer.params").write_bytes(b"\x00" * 40)
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        read_optimizer_state(str(tmp_path))
+    save_optimizer_state(trainer, str(tmp_path))
+    layout = json.load(open(tmp_path / "optimizer.json"))
+    layout["states"]["0"] = "no-such-array"
+    (tmp_path / "optimizer.json").write_text(json.dumps(layout))
+    with pytest.raises(CheckpointError, match="arrays no-such-array are missing"):
+        read_optimizer_state(str(tmp_path))

@@ -2,7 +2,9 @@
 
 Layout under the checkpoint directory::
 
-    ckpt-00000240/      model.params, trainer.states, state.json (next epoch and iteration, global
+    ckpt-00000240/      model.params, optimizer.params + optimizer.json (the optimizer state as
+                        arrays and a JSON layout, never pickle: a checkpoint comes back from S3
+                        and is data, not code), state.json (next epoch and iteration, global
                         step, best mAP, history, config, and the size of every file, so a truncated
                         copy is never taken as complete); numbered by global step, so a mid-epoch
                         checkpoint (stop, spot interruption) and an end-of-epoch one never collide
@@ -143,6 +145,107 @@ class CheckpointManager:
         complete = self.complete_names()
         for name in complete[: max(0, len(complete) - self.keep)]:
             shutil.rmtree(self._path(name), ignore_errors=True)
+
+
+OPTIMIZER_ARRAYS = "optimizer.params"
+OPTIMIZER_LAYOUT = "optimizer.json"
+_OPTIMIZER_FORMAT = 1
+
+
+def _updaters(trainer):
+    """The Gluon trainer's updaters (MXNet 1.9.1; the kvstore's when it updates there), made now
+    if the trainer has not made them yet. Trainer.save_states/load_states would pickle them."""
+    if not trainer._kv_initialized:  # pylint: disable=protected-access
+        trainer._init_kvstore()  # pylint: disable=protected-access
+    if trainer._params_to_init:  # pylint: disable=protected-access
+        trainer._init_params()  # pylint: disable=protected-access
+    if trainer._update_on_kvstore:  # pylint: disable=protected-access
+        return [trainer._kvstore._updater]  # pylint: disable=protected-access
+    return trainer._updaters  # pylint: disable=protected-access
+
+
+def save_optimizer_state(trainer, directory):
+    """Write the optimizer state into ``directory``: its arrays with ``mx.nd.save`` (MXNet's array
+    format) and their layout, the update counts included, as JSON."""
+    import mxnet as mx
+
+    updater = _updaters(trainer)[0]
+    arrays = {}
+
+    def flatten(key, value):
+        if value is None:
+            return None
+        if isinstance(value, (list, tuple)):
+            return [flatten("%s.%d" % (key, i), item) for i, item in enumerate(value)]
+        arrays[key] = value
+        return key
+
+    layout = {str(index): flatten(str(index), value) for index, value in updater.states.items()}
+    optimizer = updater.optimizer
+    mx.nd.save(os.path.join(directory, OPTIMIZER_ARRAYS), arrays)
+    with open(os.path.join(directory, OPTIMIZER_LAYOUT), "w") as handle:
+        json.dump({"format": _OPTIMIZER_FORMAT, "states": layout, "num_update": optimizer.num_update,
+                   "index_update_count": {str(k): v for k, v in optimizer._index_update_count.items()}},
+                  handle, sort_keys=True)  # pylint: disable=protected-access
+
+
+def read_optimizer_state(directory):
+    """(layout, {name: numpy array}) from a checkpoint, checked; CheckpointError when it cannot be
+    used. Only MXNet's array loader and JSON read the files."""
+    import mxnet as mx
+
+    layout_path = os.path.join(directory, OPTIMIZER_LAYOUT)
+    if not os.path.exists(layout_path):
+        raise CheckpointError(
+            "checkpoint %s has no %s: it was written by an earlier version, whose pickled optimizer "
+            "state is not loaded (a checkpoint is data, never code)." % (directory, OPTIMIZER_LAYOUT),
+            "start from an empty checkpoint directory (or remove that checkpoint).")
+    try:
+        with open(layout_path) as handle:
+            layout = json.load(handle)
+        loaded = mx.nd.load(os.path.join(directory, OPTIMIZER_ARRAYS))
+        arrays = {name: value.asnumpy() for name, value in (loaded.items() if isinstance(loaded, dict) else [])}
+        names = set()
+
+        def check(entry):
+            if isinstance(entry, list):
+                for item in entry:
+                    check(item)
+            elif entry is not None:
+                names.add(entry)
+
+        if layout.get("format") != _OPTIMIZER_FORMAT:
+            raise ValueError("unknown format %r" % layout.get("format"))
+        for entry in layout["states"].values():
+            check(entry)
+        missing = sorted(names - set(arrays))
+        if missing:
+            raise ValueError("arrays %s are missing" % ", ".join(missing[:5]))
+        int(layout["num_update"])
+        {int(k): int(v) for k, v in layout["index_update_count"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, mx.base.MXNetError) as exc:
+        raise CheckpointError("the optimizer state in checkpoint %s cannot be read: %s" % (directory, exc),
+                              "remove that checkpoint; the job resumes from the one before it.") from exc
+    return layout, arrays
+
+
+def apply_optimizer_state(trainer, layout, arrays):
+    """Give the trainer the state :func:`read_optimizer_state` returned (on every rank)."""
+    import mxnet as mx
+
+    def build(entry):
+        if entry is None:
+            return None
+        if isinstance(entry, list):
+            return tuple(build(item) for item in entry)
+        return mx.nd.array(arrays[entry], dtype=arrays[entry].dtype)
+
+    for updater in _updaters(trainer):
+        updater.states = {int(index): build(entry) for index, entry in layout["states"].items()}
+        updater.states_synced = dict.fromkeys(updater.states, False)  # moved to each weight's context
+        updater.optimizer.num_update = int(layout["num_update"])
+        updater.optimizer._index_update_count = {  # pylint: disable=protected-access
+            int(k): int(v) for k, v in layout["index_update_count"].items()}
 
 
 def states_digest(states):

@@ -13,6 +13,7 @@ import math
 import os
 import time
 
+from .checkpoint import save_optimizer_state
 from .step import LOSS_NAMES, METRIC_NAMES, MetricSums
 
 LOG = logging.getLogger("frcnn_train")
@@ -250,7 +251,7 @@ class CheckpointHook(Hook):
 
         def write(tmp):
             engine.net.save_parameters(os.path.join(tmp, "model.params"))
-            engine.trainer.save_states(os.path.join(tmp, "trainer.states"))
+            save_optimizer_state(engine.trainer, tmp)
 
         path = self.manager.save(engine.global_step, state, write)
         LOG.info("checkpoint: saved %s (next epoch %d, iteration %d)", path, next_epoch, next_iteration)

@@ -99,7 +99,7 @@ def run_job(config, env, dist):
     """Train, validate, checkpoint and write the model. Returns the final validation result."""
     import mxnet as mx
 
-    from .checkpoint import CheckpointManager
+    from .checkpoint import CheckpointManager, apply_optimizer_state, read_optimizer_state
     from .datasets import (build_datasets, build_train_loader, build_val_loader, image_sizes,
                            steps_per_epoch)
     from .engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, LearningRateHook,
@@ -157,8 +157,7 @@ def run_job(config, env, dist):
         if latest:
             path, state = latest
             net.load_parameters(os.path.join(path, "model.params"), ctx=ctx)
-            with open(os.path.join(path, "trainer.states"), "rb") as handle:
-                resume = dict(state, trainer_states=handle.read(), path=path)
+            resume = dict(state, optimizer=read_optimizer_state(path), path=path)
         elif env.channel_dir("model"):
             from .start_model import start_from_channel
 
@@ -177,10 +176,7 @@ def run_job(config, env, dist):
     trainer = make_trainer(config, net, dist, base_lr, on_gpu)
     start_epoch, start_iteration, global_step = 0, 0, 0
     if resume:
-        with tempfile.NamedTemporaryFile(suffix=".states") as handle:
-            handle.write(resume["trainer_states"])
-            handle.flush()
-            trainer.load_states(handle.name)
+        apply_optimizer_state(trainer, *resume["optimizer"])
         start_epoch, global_step = resume["epoch"], resume["global_step"]
         start_iteration = resume.get("iteration", 0)
         LOG.info("resume: from %s at epoch %d iteration %d (global step %d); optimizer state "
