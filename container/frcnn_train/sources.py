@@ -128,10 +128,6 @@ def parse_s3_uri(uri):
     return bucket, prefix
 
 
-def s3_key(prefix, name):
-    return (prefix.rstrip("/") + "/" + name) if prefix.strip("/") else name
-
-
 class _HashingFile:
     """The staging file, written in order and hashed on the way by a thread of its own (on two
     cores the hash then overlaps the receiving), with a progress line now and then."""
