@@ -30,6 +30,38 @@ def make_job(base, hyperparameters, n_train=8, n_test=4, seed=0):
     return str(base)
 
 
+def run_horovod_job(base, ranks=2, timeout=900):
+    """``horovodrun -np ranks --gloo`` of one job tree on this host; (result, stdout + stderr)."""
+    cmd = [os.path.join(BIN, "horovodrun"), "-np", str(ranks), "--gloo", "-H", "localhost:%d" % ranks,
+           os.path.join(BIN, "frcnn-train-job"), "--base-dir", base]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return result, result.stdout + result.stderr
+
+
+def engine_answers():
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def skip_without_engine(what):
+    """The module's marks: none where a Docker engine answers, else a loud message and a skip."""
+    if engine_answers():
+        return []
+    print("\n" + "!" * 78 + "\n!! NO DOCKER ENGINE: the %s are SKIPPED on this machine.\n"
+          "!! Run `bash docker/ensure-engine.sh` (as root) to install and start one.\n" % what + "!" * 78)
+    return [pytest.mark.skip(reason="no Docker engine can run here")]
+
+
+def require_image(name, make_target):
+    """An image the suite built: missing means the build broke, which fails the tests."""
+    found = subprocess.run(["docker", "image", "inspect", name], capture_output=True)
+    assert found.returncode == 0, "image %s is missing: run `make %s` (the build failed?)" % (name, make_target)
+    return name
+
+
 def run_rank_job(base, timeout=600, extra_env=None):
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
     return subprocess.run([os.path.join(BIN, "frcnn-train-job"), "--base-dir", base],

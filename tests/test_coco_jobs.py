@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 
-from conftest import BIN, make_job, run_rank_job
+from conftest import BIN, make_job, run_horovod_job
 
 from frcnn_train.metrics import METRIC_DEFINITIONS
 
@@ -42,11 +42,7 @@ def test_one_rank_coco_job_with_its_own_categories(job_dir):
 
 def test_two_horovod_ranks_train_and_validate_a_coco_job_together(job_dir):
     base = make_job(job_dir, dict(COCO, classes="square,triangle"), n_train=5, n_test=3)
-    cmd = [os.path.join(BIN, "horovodrun"), "-np", "2", "--gloo", "-H", "localhost:2",
-           os.path.join(BIN, "frcnn-train-job"), "--base-dir", base]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    out = result.stdout + result.stderr
+    result, out = run_horovod_job(base)
     assert result.returncode == 0, out[-4000:]
     assert check_metric_lines(out) == 3  # both ranks' shards combined
     assert sorted(re.findall(r"\[rank (\d)\] finished: rank=\d", out)) == ["0", "1"]

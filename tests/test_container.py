@@ -10,12 +10,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 
 import pytest
 
-from conftest import TINY, make_job
+from conftest import TINY, make_job, require_image, skip_without_engine
 
 from frcnn_train.metrics import METRIC_DEFINITIONS
 
@@ -24,24 +23,12 @@ IMAGE = os.environ.get("IMAGE", "frcnn-training:cpu")
 SDK_PYTHON = os.path.join(ROOT, ".venv-sdk", "bin", "python")
 
 
-def engine_answers():
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-if not engine_answers():
-    print("\n" + "!" * 78 + "\n!! NO DOCKER ENGINE: the container tests are SKIPPED on this machine.\n"
-          "!! Run `bash docker/ensure-engine.sh` (as root) to install and start one.\n" + "!" * 78)
-    pytestmark = pytest.mark.skip(reason="no Docker engine can run here")
+pytestmark = skip_without_engine("container tests")
 
 
 @pytest.fixture(scope="module")
 def image():
-    found = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True)
-    assert found.returncode == 0, "image %s is missing: run `make image` (the build failed?)" % IMAGE
-    return IMAGE
+    return require_image(IMAGE, "image")
 
 
 def docker_run(image, base, timeout=900, extra=()):

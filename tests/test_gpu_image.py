@@ -14,23 +14,18 @@ import subprocess
 
 import pytest
 
-from conftest import make_job
-from test_container import docker_run, engine_answers
+from conftest import make_job, require_image, skip_without_engine
+from test_container import docker_run
 
 GPU_IMAGE = os.environ.get("GPU_IMAGE", "frcnn-training:gpu")
 STUB = ["-e", "LD_LIBRARY_PATH=/opt/frcnn/cuda-stub"]
 
-if not engine_answers():
-    print("\n" + "!" * 78 + "\n!! NO DOCKER ENGINE: the GPU image tests are SKIPPED on this machine.\n"
-          "!! Run `bash docker/ensure-engine.sh` (as root) to install and start one.\n" + "!" * 78)
-    pytestmark = pytest.mark.skip(reason="no Docker engine can run here")
+pytestmark = skip_without_engine("GPU image tests")
 
 
 @pytest.fixture(scope="module")
 def gpu_image():
-    found = subprocess.run(["docker", "image", "inspect", GPU_IMAGE], capture_output=True)
-    assert found.returncode == 0, "image %s is missing: run `make image-gpu` (the build failed?)" % GPU_IMAGE
-    return GPU_IMAGE
+    return require_image(GPU_IMAGE, "image-gpu")
 
 
 def run_in(image, script, extra=(), timeout=300):

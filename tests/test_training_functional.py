@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from conftest import BIN, make_job, run_rank_job
+from conftest import BIN, make_job, run_horovod_job, run_rank_job
 
 
 def read_json(*parts):
@@ -60,11 +60,7 @@ def test_one_rank_trains_validates_and_writes_the_model(job_dir):
 def test_two_horovod_ranks_on_an_uneven_dataset_finish(job_dir):
     # 7 training images over 2 ranks, 5 validation images: neither splits evenly.
     base = make_job(job_dir, {"epochs": "2", "batch_size": "2"}, n_train=7, n_test=5)
-    cmd = [os.path.join(BIN, "horovodrun"), "-np", "2", "--gloo", "-H", "localhost:2",
-           os.path.join(BIN, "frcnn-train-job"), "--base-dir", base]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    out = result.stdout + result.stderr
+    result, out = run_horovod_job(base)
     assert result.returncode == 0, out[-4000:]
     finished = re.findall(r"\[rank (\d)\] finished: rank=\d steps=(\d+) epochs=0\.\.1", out)
     assert sorted(r for r, _ in finished) == ["0", "1"]
