@@ -19,7 +19,6 @@ import tempfile
 import time
 
 import mxnet as mx
-from mxnet import autograd
 
 from frcnn_train.config import from_hyperparameters
 from frcnn_train.datasets import build_datasets, build_train_loader, steps_per_epoch

@@ -1,4 +1,3 @@
-import resource
 import subprocess
 import sys
 

@@ -8,11 +8,10 @@ import os
 import tempfile
 
 import mxnet as mx
-import numpy as np
 import pytest
 
 from frcnn_train.config import NETWORKS, from_hyperparameters
-from frcnn_train.datasets import build_datasets, build_train_loader, build_val_loader, image_sizes
+from frcnn_train.datasets import build_datasets, build_train_loader, build_val_loader
 from frcnn_train.distributed import SingleProcess
 from frcnn_train.errors import ConfigError
 from frcnn_train.evaluation import make_metric, validate

@@ -109,7 +109,6 @@ _OWN_NETWORKS = {"faster_rcnn_resnet18_v1b_voc": faster_rcnn_resnet18_v1b_voc}
 
 def build_network(config, classes, per_rank_batch, pretrained_base, pretrained_dir, ctx):
     """The configured detector, its classes reset to ``classes``, every parameter initialised."""
-    import mxnet as mx
     from gluoncv.model_zoo import get_model
 
     kwargs = dict(pretrained_base=pretrained_base, per_device_batch_size=per_rank_batch)

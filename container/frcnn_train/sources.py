@@ -27,7 +27,6 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Optional
 
 from .errors import DataError
 
