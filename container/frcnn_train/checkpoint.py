@@ -248,6 +248,12 @@ def apply_optimizer_state(trainer, layout, arrays):
             int(k): int(v) for k, v in layout["index_update_count"].items()}
 
 
+def optimizer_state_digest(trainer):
+    """'N arrays, sum|x|=S' over the optimizer's state (momentum buffers): a cheap fingerprint that
+    shows in the log that a resumed job really continues with the saved optimizer state."""
+    return states_digest(_updaters(trainer)[0].states)
+
+
 def states_digest(states):
     """Fingerprint of an MXNet optimizer state dict {index: NDArray | tuple | None}."""
     import numpy as np

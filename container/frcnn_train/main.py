@@ -99,7 +99,8 @@ def run_job(config, env, dist):
     """Train, validate, checkpoint and write the model. Returns the final validation result."""
     import mxnet as mx
 
-    from .checkpoint import CheckpointManager, apply_optimizer_state, read_optimizer_state
+    from .checkpoint import (CheckpointManager, apply_optimizer_state, optimizer_state_digest,
+                             read_optimizer_state)
     from .datasets import (build_datasets, build_train_loader, build_val_loader, image_sizes,
                            steps_per_epoch)
     from .engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, LearningRateHook,
@@ -277,14 +278,6 @@ def materialize_parameters(net, batch, ctx):
                    for part in batch[:2]]
     with autograd.train_mode():
         net(data, label[:, :, :4], label[:, :, 4:5])
-
-
-def optimizer_state_digest(trainer):
-    """'N arrays, sum|x|=S' over the optimizer's state (momentum buffers): a cheap fingerprint that
-    shows in the log that a resumed job really continues with the saved optimizer state."""
-    from .checkpoint import states_digest
-
-    return states_digest(trainer._updaters[0].states)  # pylint: disable=protected-access
 
 
 def config_mod_short(config, net):
