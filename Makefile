@@ -44,13 +44,13 @@ $(STAMP): $(CONSTRAINTS) container/pyproject.toml Makefile | sysdeps
 	$(PIP) install -q --no-deps --force-reinstall $(WHEELHOUSE)/horovod-*.whl
 	$(PIP) install -q -c $(CONSTRAINTS) sagemaker-training==5.1.4
 	$(PIP) install -q -c $(CONSTRAINTS) --no-build-isolation -e 'container[test]'
-	$(PY) -c "import mxnet, gluoncv, horovod.mxnet, frcnn_train, sagemaker_training"
+	$(PY) -c "import mxnet, gluoncv, horovod.mxnet, detector_training, sagemaker_training"
 	$(VENV)/bin/horovodrun --check-build > $(VENV)/horovod-build.txt
 	grep -F "[X] MXNet" $(VENV)/horovod-build.txt
 	touch $@
 
 run: $(STAMP)
-	$(VENV)/bin/frcnn-run --output $(RUN_DIR)
+	$(VENV)/bin/detector-run --output $(RUN_DIR)
 
 SDK_VENV ?= .venv-sdk
 SDK_STAMP := $(SDK_VENV)/.installed
@@ -98,7 +98,7 @@ image-gpu: base-image pretrained
 	docker build -t $(GPU_IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg VARIANT=gpu .
 
 # A whole job inside the image on its built-in generated dataset (CI smoke test).
-SMOKE_JOB := frcnn-run --output /tmp/smoke --set epochs=1 --set batch_size=1 --set short=128 \
+SMOKE_JOB := detector-run --output /tmp/smoke --set epochs=1 --set batch_size=1 --set short=128 \
 	--set max_size=176 --set num_workers=0
 smoke: engine
 	docker run --rm --shm-size 1g $(IMAGE) $(SMOKE_JOB)

@@ -20,14 +20,14 @@ import time
 
 import mxnet as mx
 
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.datasets import build_datasets, build_train_loader, steps_per_epoch
-from frcnn_train.distributed import SingleProcess
-from frcnn_train.engine import Engine, EpochSetupHook, LearningRateHook, MetricLogHook
-from frcnn_train.model import build_network
-from frcnn_train.solver import lr_at, make_trainer
-from frcnn_train.step import ForwardBackward, MetricSums
-from frcnn_train.synthetic_voc import generate
+from detector_training.core.config import from_hyperparameters
+from detector_training.data.datasets import build_datasets, build_train_loader, steps_per_epoch
+from detector_training.core.distributed import SingleProcess
+from detector_training.core.engine import Engine, EpochSetupHook, LearningRateHook, MetricLogHook
+from detector_training.families.model import build_network
+from detector_training.core.solver import lr_at, make_trainer
+from detector_training.families.step import ForwardBackward, MetricSums
+from detector_training.data.synthetic_voc import generate
 
 HPS = {"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom", "pretrained_base": "false",
        "short": "128", "max_size": "176", "batch_size": "2", "lr": "0.01",

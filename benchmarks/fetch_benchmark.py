@@ -44,11 +44,11 @@ import threading
 import time
 import urllib.request
 
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.distributed import World
-from frcnn_train.sm_env import Environment, JobPaths
-from frcnn_train.synthetic_voc import make_voc_tars
-from frcnn_train.voc_fetch import FetchOptions, acquire_voc
+from detector_training.core.config import from_hyperparameters
+from detector_training.core.distributed import World
+from detector_training.job.sm_env import Environment, JobPaths
+from detector_training.data.synthetic_voc import make_voc_tars
+from detector_training.data.voc_fetch import FetchOptions, acquire_voc
 
 MB = 1e6
 BUCKET = "frcnn-fetch-bench"

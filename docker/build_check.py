@@ -54,12 +54,12 @@ def main():
     import mpi4py  # noqa: F401  (the toolkit's MPI runner)
     import sagemaker_training  # noqa: F401
 
-    import frcnn_train
-    from frcnn_train.config import from_hyperparameters
-    from frcnn_train.model import build_network
+    import detector_training
+    from detector_training.core.config import from_hyperparameters
+    from detector_training.families.model import build_network
 
     print("variant", variant, "mxnet", mx.__version__, "gluoncv", gluoncv.__version__,
-          "frcnn_train", frcnn_train.__file__)
+          "detector_training", detector_training.__file__)
     features = mx.runtime.Features()
     enabled = {name: features.is_enabled(name) for name in GPU_FEATURES}
     print("mxnet features:", " ".join("%s=%s" % kv for kv in enabled.items()),
@@ -84,7 +84,7 @@ def main():
 
     subprocess.run([sys.executable, "-m", "pip", "check"], check=True)
     train = open(shutil.which("train")).read()
-    assert "frcnn_train.launcher" in train, "`train` on PATH is not the project's entrypoint"
+    assert "detector_training.job.launcher" in train, "`train` on PATH is not the project's entrypoint"
     for network in ("faster_rcnn_resnet50_v1b_voc", "faster_rcnn_resnet18_v1b_voc"):
         config = from_hyperparameters({"network": network})
         net = build_network(config, ("a", "b"), 1, False, None, mx.cpu())

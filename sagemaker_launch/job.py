@@ -1,19 +1,19 @@
 """One call that builds the right training job for an instance type.
 
-Hyperparameters are validated with the container's own schema (frcnn_train.config) before
+Hyperparameters are validated with the container's own schema (detector_training.core.config) before
 anything is sent; metric definitions come from the container's single source
-(frcnn_train.metrics); processes per host follow the instance type's GPU count.
+(detector_training.job.metrics); processes per host follow the instance type's GPU count.
 """
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.errors import ConfigError
-from frcnn_train.guards import WORKING_FAMILIES, unsupported_gpu
-from frcnn_train.metrics import METRIC_DEFINITIONS
+from detector_training.core.config import from_hyperparameters
+from detector_training.errors import ConfigError
+from detector_training.job.guards import WORKING_FAMILIES, unsupported_gpu
+from detector_training.job.metrics import METRIC_DEFINITIONS
 
-# GPUs per instance for the families the image can run: frcnn_train.guards.SUPPORTED_GPU_FAMILIES
+# GPUs per instance for the families the image can run: detector_training.job.guards.SUPPORTED_GPU_FAMILIES
 # says which and why (a test keeps this table inside that list).
 _GPUS = {
     "ml.p3.2xlarge": 1, "ml.p3.8xlarge": 4, "ml.p3.16xlarge": 8, "ml.p3dn.24xlarge": 8,

@@ -1,6 +1,6 @@
 """Hyperparameter tuning with objective validation:mAP (the container's metric line)."""
 
-from frcnn_train.metrics import METRIC_DEFINITIONS, OBJECTIVE_METRIC
+from detector_training.job.metrics import METRIC_DEFINITIONS, OBJECTIVE_METRIC
 
 
 def default_ranges():

@@ -23,7 +23,7 @@ TINY = {
 
 def make_job(base, hyperparameters, n_train=8, n_test=4, seed=0):
     """A SageMaker-style tree under ``base`` with a generated VOCdevkit in the 'voc' channel."""
-    from frcnn_train.main import prepare_run_tree
+    from detector_training.main import prepare_run_tree
 
     prepare_run_tree(str(base), dict(TINY, **hyperparameters), n_train=n_train, n_test=n_test,
                      n_train_2012=0, seed=seed)
@@ -33,7 +33,7 @@ def make_job(base, hyperparameters, n_train=8, n_test=4, seed=0):
 def run_horovod_job(base, ranks=2, timeout=900):
     """``horovodrun -np ranks --gloo`` of one job tree on this host; (result, stdout + stderr)."""
     cmd = [os.path.join(BIN, "horovodrun"), "-np", str(ranks), "--gloo", "-H", "localhost:%d" % ranks,
-           os.path.join(BIN, "frcnn-train-job"), "--base-dir", base]
+           os.path.join(BIN, "detector-train-job"), "--base-dir", base]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     return result, result.stdout + result.stderr
@@ -64,7 +64,7 @@ def require_image(name, make_target):
 
 def run_rank_job(base, timeout=600, extra_env=None):
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
-    return subprocess.run([os.path.join(BIN, "frcnn-train-job"), "--base-dir", base],
+    return subprocess.run([os.path.join(BIN, "detector-train-job"), "--base-dir", base],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 

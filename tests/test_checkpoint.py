@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from frcnn_train.checkpoint import CheckpointManager, atomic_write_text
-from frcnn_train.errors import CheckpointError
+from detector_training.core.checkpoint import CheckpointManager, atomic_write_text
+from detector_training.errors import CheckpointError
 
 
 def payload(text):
@@ -117,7 +117,7 @@ def _trained(steps, momentum=0.9):
 def test_optimizer_state_round_trips_without_pickle(tmp_path):
     import mxnet as mx
 
-    from frcnn_train.checkpoint import apply_optimizer_state, read_optimizer_state, save_optimizer_state, states_digest
+    from detector_training.core.checkpoint import apply_optimizer_state, read_optimizer_state, save_optimizer_state, states_digest
 
     net, trainer, data = _trained(3)
     save_optimizer_state(trainer, str(tmp_path))
@@ -145,7 +145,7 @@ def test_optimizer_state_round_trips_without_pickle(tmp_path):
 def test_a_pickled_optimizer_state_is_never_loaded(tmp_path):
     import pickle
 
-    from frcnn_train.checkpoint import read_optimizer_state
+    from detector_training.core.checkpoint import read_optimizer_state
 
     marker = tmp_path / "code-ran"
 
@@ -160,7 +160,7 @@ def test_a_pickled_optimizer_state_is_never_loaded(tmp_path):
 
 
 def test_a_damaged_optimizer_state_is_a_checkpoint_error(tmp_path):
-    from frcnn_train.checkpoint import read_optimizer_state, save_optimizer_state
+    from detector_training.core.checkpoint import read_optimizer_state, save_optimizer_state
 
     _, trainer, _ = _trained(1)
     save_optimizer_state(trainer, str(tmp_path))

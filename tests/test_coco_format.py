@@ -7,11 +7,11 @@ import os
 import numpy as np
 import pytest
 
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.datasets import build_datasets
-from frcnn_train.errors import DataError
-from frcnn_train.evaluation import coco_result, combine, make_metric
-from frcnn_train.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
+from detector_training.core.config import from_hyperparameters
+from detector_training.data.datasets import build_datasets
+from detector_training.errors import DataError
+from detector_training.core.evaluation import coco_result, combine, make_metric
+from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import subprocess
 
 from conftest import BIN, make_job, run_horovod_job
 
-from frcnn_train.metrics import METRIC_DEFINITIONS
+from detector_training.job.metrics import METRIC_DEFINITIONS
 
 COCO = {"dataset": "coco", "train_splits": "instances_train2017", "val_splits": "instances_val2017",
         "epochs": "1", "batch_size": "2"}

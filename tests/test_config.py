@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from frcnn_train import config as cfg
-from frcnn_train.errors import ConfigError
+from detector_training.core import config as cfg
+from detector_training.errors import ConfigError
 
 
 def build(**hps):

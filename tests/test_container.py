@@ -16,7 +16,7 @@ import pytest
 
 from conftest import TINY, make_job, require_image, skip_without_engine
 
-from frcnn_train.metrics import METRIC_DEFINITIONS
+from detector_training.job.metrics import METRIC_DEFINITIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = os.environ.get("IMAGE", "frcnn-training:cpu")
@@ -54,7 +54,7 @@ def loopback_s3():
 
 
 def test_docker_run_trains_on_voc_tars_from_loopback_s3(image, job_dir, tmp_path, loopback_s3):
-    from frcnn_train.synthetic_voc import make_voc_tars
+    from detector_training.data.synthetic_voc import make_voc_tars
 
     endpoint, s3 = loopback_s3
     sums = make_voc_tars(str(tmp_path / "tars"), train_2007=6, test_2007=3, train_2012=2, seed=5)

@@ -3,11 +3,11 @@ import random
 
 import pytest
 
-from frcnn_train.datasets import (EqualStepsBatchSampler, build_datasets, infer_voc_classes,
+from detector_training.data.datasets import (EqualStepsBatchSampler, build_datasets, infer_voc_classes,
                                   split_sorted_bucket_sampler_class, steps_per_epoch)
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.errors import DataError
-from frcnn_train.synthetic_voc import generate
+from detector_training.core.config import from_hyperparameters
+from detector_training.errors import DataError
+from detector_training.data.synthetic_voc import generate
 
 
 def rank_batches(n, world, batch, epoch=0, seed=3):

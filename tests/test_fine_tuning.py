@@ -13,14 +13,14 @@ import pytest
 
 from conftest import make_job, run_rank_job
 
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.errors import DataError
-from frcnn_train.start_model import start_from_channel
+from detector_training.core.config import from_hyperparameters
+from detector_training.errors import DataError
+from detector_training.core.start_model import start_from_channel
 
 
 def tiny_net(classes):
     config = from_hyperparameters({"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom"})
-    from frcnn_train.model import build_network
+    from detector_training.families.model import build_network
 
     net = build_network(config, tuple(classes), 1, False, None, mx.cpu())
     with mx.autograd.predict_mode():

@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from frcnn_train.errors import EnvironmentCheckError
-from frcnn_train.guards import (check_gpus_visible, classify_gpu_error, gpu_instance,
+from detector_training.errors import EnvironmentCheckError
+from detector_training.job.guards import (check_gpus_visible, classify_gpu_error, gpu_instance,
                                 shm_needed_bytes, workers_for_shm)
 
 
@@ -42,7 +42,7 @@ def test_workers_shrink_to_fit_shared_memory():
 def test_open_file_limit_is_raised_to_the_hard_limit():
     # In a child process, so the test runner's own limit stays as it is.
     code = (
-        "import resource; from frcnn_train.guards import raise_open_file_limit;"
+        "import resource; from detector_training.job.guards import raise_open_file_limit;"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE);"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard));"
         "raise_open_file_limit();"

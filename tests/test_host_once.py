@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from frcnn_train import host_once
-from frcnn_train.errors import DataError
+from detector_training.data import host_once
+from detector_training.errors import DataError
 
 
 def test_marker_state():

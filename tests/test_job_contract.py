@@ -12,7 +12,7 @@ import pytest
 
 from conftest import BIN, make_job
 
-from frcnn_train.metrics import METRIC_DEFINITIONS
+from detector_training.job.metrics import METRIC_DEFINITIONS
 
 
 def train_env(base, **extra):
@@ -34,7 +34,7 @@ def failure_of(base):
 
 def test_train_is_our_entrypoint_on_path():
     script = open(shutil.which("train", path=BIN)).read()
-    assert "frcnn_train.launcher" in script
+    assert "detector_training.job.launcher" in script
 
 
 def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):
@@ -114,7 +114,8 @@ def wait_for(predicate, timeout, proc=None):
 
 STOP_SIGNAL_PROBE = """
 import os, signal, sys, tempfile, time
-from frcnn_train import launcher, main
+from detector_training import main
+from detector_training.job import launcher
 if sys.argv[1] == "trainer":
     main.install_stop_signals()
     stop_requested = main.stop_requested

@@ -4,9 +4,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.errors import PretrainedWeightsError
-from frcnn_train.model import build_network, local_weight_file, offline_first_weights
+from detector_training.core.config import from_hyperparameters
+from detector_training.errors import PretrainedWeightsError
+from detector_training.families.model import build_network, local_weight_file, offline_first_weights
 
 
 def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):

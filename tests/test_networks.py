@@ -10,15 +10,15 @@ import tempfile
 import mxnet as mx
 import pytest
 
-from frcnn_train.config import NETWORKS, from_hyperparameters
-from frcnn_train.datasets import build_datasets, build_train_loader, build_val_loader
-from frcnn_train.distributed import SingleProcess
-from frcnn_train.errors import ConfigError
-from frcnn_train.evaluation import make_metric, validate
-from frcnn_train.main import materialize_parameters
-from frcnn_train.model import build_network, fit_proposals_to_images
-from frcnn_train.step import LOSS_NAMES, ForwardBackward, MetricSums
-from frcnn_train.synthetic_voc import generate
+from detector_training.core.config import NETWORKS, from_hyperparameters
+from detector_training.data.datasets import build_datasets, build_train_loader, build_val_loader
+from detector_training.core.distributed import SingleProcess
+from detector_training.errors import ConfigError
+from detector_training.core.evaluation import make_metric, validate
+from detector_training.main import materialize_parameters
+from detector_training.families.model import build_network, fit_proposals_to_images
+from detector_training.families.step import LOSS_NAMES, ForwardBackward, MetricSums
+from detector_training.data.synthetic_voc import generate
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_roo
 def test_resized_shape_is_gluoncvs_resize_short_within(width, height, short, max_size):
     from gluoncv.data.transforms.image import resize_short_within
 
-    from frcnn_train.model import resized_shape
+    from detector_training.families.model import resized_shape
 
     image = mx.nd.zeros((height, width, 3), dtype="uint8")
     assert resized_shape(width, height, short, max_size) == resize_short_within(image, short, max_size).shape[:2]
@@ -74,7 +74,7 @@ def test_resized_shape_is_gluoncvs_resize_short_within(width, height, short, max
 @pytest.mark.parametrize("network, shape", [("faster_rcnn_resnet18_v1b_voc", (64, 85)),
                                             ("faster_rcnn_fpn_resnet50_v1b_coco", (72, 100))])
 def test_anchor_count_is_what_the_network_generates(network, shape):
-    from frcnn_train.model import anchor_counter
+    from detector_training.families.model import anchor_counter
 
     config = from_hyperparameters({"network": network, "dataset": "custom"})
     net = build_network(config, ("a",), 1, False, None, mx.cpu())

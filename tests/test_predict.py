@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 from conftest import make_job, run_rank_job
-from frcnn_train import predict
-from frcnn_train.synthetic_voc import make_image
+from detector_training import predict
+from detector_training.data.synthetic_voc import make_image
 
 SCALE = 3  # test image = a generated image enlarged 3x, so the network input is smaller
 
@@ -83,7 +83,7 @@ def member(name, data=b"owned\n", kind=tarfile.REGTYPE, target=""):
 
 def run_cli(*args, tmpdir=None):
     env = dict(os.environ, **({"TMPDIR": str(tmpdir)} if tmpdir else {}))
-    return subprocess.run([sys.executable, "-m", "frcnn_train.predict"] + [str(a) for a in args],
+    return subprocess.run([sys.executable, "-m", "detector_training.predict"] + [str(a) for a in args],
                           capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -124,7 +124,7 @@ def test_archive_extracts_only_the_model_files(model_dir, tmp_path):
 @pytest.mark.parametrize("bad", [
     member("../evil"),
     member("sub/../../evil"),
-    member("/tmp/evil-absolute-frcnn-predict-test"),
+    member("/tmp/evil-absolute-detector-predict-test"),
     member("evil-link", kind=tarfile.SYMTYPE, target="../evil"),
     member("evil-hardlink", kind=tarfile.LNKTYPE, target="model.params"),
     member("evil-fifo", kind=tarfile.FIFOTYPE),
@@ -144,7 +144,7 @@ def test_unsafe_archive_is_refused_and_nothing_is_written(model_dir, tmp_path, m
     with pytest.raises(predict.PredictError, match="unsafe model archive"):
         predict.load_model(archive)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # temp dir removed, no evil
-    assert not os.path.exists("/tmp/evil-absolute-frcnn-predict-test")
+    assert not os.path.exists("/tmp/evil-absolute-detector-predict-test")
     # The real files came before the bad member: none of them was extracted either.
     assert os.listdir(scratch) == []
 
@@ -248,7 +248,7 @@ def one_line_error(result):
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("frcnn-predict: error: ")
+    assert lines[0].startswith("detector-predict: error: ")
     return lines[0]
 
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 from PIL import Image
 
-from frcnn_train.report import write_report
+from detector_training.core.report import write_report
 
 CLASSES = ["circle", "square", "triangle"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -128,5 +128,5 @@ def test_rewrite_replaces_the_files(tmp_path):
 
 
 def test_importing_the_module_does_not_import_matplotlib():
-    code = "import sys, frcnn_train.report; sys.exit(1 if 'matplotlib' in sys.modules else 0)"
+    code = "import sys, detector_training.core.report; sys.exit(1 if 'matplotlib' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,7 +1,7 @@
 import pytest
 
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.solver import lr_at
+from detector_training.core.config import from_hyperparameters
+from detector_training.core.solver import lr_at
 
 
 def test_step_decay_at_epoch_boundaries():

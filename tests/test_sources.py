@@ -9,8 +9,8 @@ import time
 import pytest
 
 from fault_http_server import FaultServer
-from frcnn_train import sources
-from frcnn_train.sources import FetchOptions, SourceFailed, StagingWriteError
+from detector_training.data import sources
+from detector_training.data.sources import FetchOptions, SourceFailed, StagingWriteError
 
 FAST = FetchOptions(chunk_size=5 << 20, s3_workers=3, attempts=3, backoff_s=0.01, max_backoff_s=0.05,
                     timeout_s=5, progress_s=0.2)

@@ -75,7 +75,7 @@ def states_digest_from_checkpoint(path):
     """The optimizer-state fingerprint computed from the checkpoint's files themselves."""
     import mxnet as mx
 
-    from frcnn_train.checkpoint import read_optimizer_state, states_digest
+    from detector_training.core.checkpoint import read_optimizer_state, states_digest
 
     layout, arrays = read_optimizer_state(path)
 
@@ -90,7 +90,7 @@ def states_digest_from_checkpoint(path):
 def test_interrupted_job_resumes_at_the_next_epoch_with_optimizer_state(job_dir):
     base = make_job(job_dir, {"epochs": "3", "batch_size": "1"}, n_train=8, n_test=2)
     latest = os.path.join(base, "checkpoints", "latest")
-    proc = subprocess.Popen([os.path.join(BIN, "frcnn-train-job"), "--base-dir", base],
+    proc = subprocess.Popen([os.path.join(BIN, "detector-train-job"), "--base-dir", base],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     deadline = time.time() + 600

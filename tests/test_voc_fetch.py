@@ -19,13 +19,13 @@ import time
 import pytest
 
 from fault_http_server import FaultServer
-from frcnn_train import archive, host_once, sources, voc_fetch
-from frcnn_train.config import from_hyperparameters
-from frcnn_train.distributed import World
-from frcnn_train.errors import DataError
-from frcnn_train.sm_env import Environment, JobPaths
-from frcnn_train.synthetic_voc import generate, make_voc_tars
-from frcnn_train.voc_fetch import (OFFICIAL, FetchOptions, SourceSpec, TarSpec, acquire_voc, data_key,
+from detector_training.data import archive, host_once, sources, voc_fetch
+from detector_training.core.config import from_hyperparameters
+from detector_training.core.distributed import World
+from detector_training.errors import DataError
+from detector_training.job.sm_env import Environment, JobPaths
+from detector_training.data.synthetic_voc import generate, make_voc_tars
+from detector_training.data.voc_fetch import (OFFICIAL, FetchOptions, SourceSpec, TarSpec, acquire_voc, data_key,
                                    failure_text, fetch_order, mirror_url, plan_sources, tar_specs)
 
 V07, T07, V12 = "VOCtrainval_06-Nov-2007.tar", "VOCtest_06-Nov-2007.tar", "VOCtrainval_11-May-2012.tar"
@@ -204,7 +204,7 @@ def test_extracted_channel_is_used_as_is(tmp_path):
 
 def test_tars_from_the_channel(tmp_path, voc_tars, caplog):
     config, env, work = job(tmp_path, voc_tars, channel_tars=TARS)
-    with caplog.at_level(logging.INFO, logger="frcnn_train"):
+    with caplog.at_level(logging.INFO, logger="detector_training"):
         root = acquire_voc(config, env, World(), work, FAST)
     assert root == os.path.join(work, "voc")
     assert_complete(root, voc_tars)
@@ -219,7 +219,7 @@ def test_tars_from_s3(tmp_path, voc_tars, s3, caplog):
     for name in TARS:
         client.put_object(Bucket=bucket, Key="data/voc/" + name, Body=voc_tars["data"][name])
     config, env, work = job(tmp_path, voc_tars, data_s3_uri="s3://%s/data/voc" % bucket)
-    with caplog.at_level(logging.INFO, logger="frcnn_train"):
+    with caplog.at_level(logging.INFO, logger="detector_training"):
         root = acquire_voc(config, env, World(), work, FAST)
     assert_complete(root, voc_tars)
     assert {r["source"] for r in marker(root)["tars"].values()} == {"s3://%s/data/voc/" % bucket}
@@ -235,7 +235,7 @@ def test_s3_missing_or_corrupt_object_falls_back_to_the_mirror(tmp_path, voc_tar
     # T07 is not in the bucket at all.
     base = serve(mirror, voc_tars)
     config, env, work = job(tmp_path, voc_tars, data_s3_uri="s3://%s/" % bucket, data_mirrors=base)
-    with caplog.at_level(logging.INFO, logger="frcnn_train"):
+    with caplog.at_level(logging.INFO, logger="detector_training"):
         root = acquire_voc(config, env, World(), work, FAST)
     assert_complete(root, voc_tars)  # the 2012 files are the mirror's, not the corrupt ones
     assert {name: r["source"] for name, r in marker(root)["tars"].items()} == {
@@ -285,7 +285,7 @@ def test_a_tampered_tar_is_never_extracted_and_the_next_source_serves(tmp_path, 
     client.put_object(Bucket=bucket, Key=V07, Body=bad)
     base = serve(mirror, voc_tars)
     config, env, work = job(tmp_path, voc_tars, data_s3_uri="s3://%s/" % bucket, data_mirrors=base)
-    with caplog.at_level(logging.INFO, logger="frcnn_train"):
+    with caplog.at_level(logging.INFO, logger="detector_training"):
         root = acquire_voc(config, env, World(), work, FAST)
     assert_complete(root, voc_tars)
     assert hashlib.sha1(bad).hexdigest() not in [digest for digest, _, _ in extractions]
@@ -340,13 +340,13 @@ def test_an_unsafe_tar_moves_on_to_the_next_source(tmp_path, voc_tars, s3, mirro
         second.put("voc/" + V12, voc_tars["data"][V12])
         config, env, work = job(tmp_path, voc_tars, data_s3_uri="s3://%s/" % bucket,
                                 data_mirrors="%s,%s" % (base, base2), data_checksums="none")
-        with caplog.at_level(logging.INFO, logger="frcnn_train"), pytest.raises(DataError) as caught:
+        with caplog.at_level(logging.INFO, logger="detector_training"), pytest.raises(DataError) as caught:
             acquire_voc(config, env, World(), work, FAST)  # plain http without checksums: refused
         assert "plain http is used only for tars with a known checksum" in str(caught.value)
         config, env, work = job(tmp_path, voc_tars, data_s3_uri="s3://%s/" % bucket,
                                 data_mirrors="%s,%s" % (base, base2), data_checksums=json.dumps(sums))
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="frcnn_train"), pytest.raises(DataError) as caught:
+        with caplog.at_level(logging.INFO, logger="detector_training"), pytest.raises(DataError) as caught:
             acquire_voc(config, env, World(), work, FAST)
     text = caught.value.failure_text()
     assert "refused: member 'VOCdevkit/../../escaped.txt' has a '..' component" in text
@@ -427,7 +427,7 @@ def test_a_gzip_tar_is_checked_against_the_free_disk_by_its_expanded_size(tmp_pa
 def test_two_ranks_on_a_host_fetch_once(tmp_path, voc_tars, mirror, caplog):
     base = serve(mirror, voc_tars)
     config, env, work = job(tmp_path, voc_tars, data_mirrors=base)
-    with caplog.at_level(logging.INFO, logger="frcnn_train"):
+    with caplog.at_level(logging.INFO, logger="detector_training"):
         results = run_ranks(lambda world: acquire_voc(config, env, world, work, FAST), 2)
     root = os.path.join(work, "voc")
     assert results == {0: root, 1: root}
@@ -470,7 +470,7 @@ def test_a_complete_directory_is_reused_without_any_request(tmp_path, voc_tars, 
     root = acquire_voc(config, env, World(), work, FAST)
     assert len(mirror.requests) >= 3
     mirror.clear()
-    with caplog.at_level(logging.INFO, logger="frcnn_train"):
+    with caplog.at_level(logging.INFO, logger="detector_training"):
         assert acquire_voc(config, env, World(), work, FAST) == root
         other = World(rank=1, size=2, local_rank=1, local_size=2)
         assert acquire_voc(config, env, other, work, FAST) == root  # no waiting either
@@ -491,7 +491,7 @@ def test_what_an_interrupted_fetch_left_is_cleared_first(tmp_path, voc_tars, mir
     with open(os.path.join(root, "VOCdevkit", "VOC2007", "JPEGImages", "stale.jpg"), "w") as handle:
         handle.write("half a run ago")
     os.makedirs(os.path.join(root, voc_fetch.STAGING_DIR_NAME))
-    with caplog.at_level(logging.INFO, logger="frcnn_train"):
+    with caplog.at_level(logging.INFO, logger="detector_training"):
         assert acquire_voc(config, env, World(), work, FAST) == root
     assert_complete(root, voc_tars)
     assert not os.path.exists(os.path.join(root, "VOCdevkit", "VOC2007", "JPEGImages", "stale.jpg"))

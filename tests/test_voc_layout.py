@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from frcnn_train.errors import DataError
-from frcnn_train.synthetic_voc import generate
-from frcnn_train.voc_layout import check_voc_tree, expected_content, find_devkit, find_year_dirs, short_tar
+from detector_training.errors import DataError
+from detector_training.data.synthetic_voc import generate
+from detector_training.data.voc_layout import check_voc_tree, expected_content, find_devkit, find_year_dirs, short_tar
 
 
 def test_check_voc_tree(tmp_path):

@@ -24,7 +24,7 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
         pytest.skip("NO DOCKER ENGINE: the notebook test needs one (bash docker/ensure-engine.sh)")
     assert image_present(), "image %s is missing: run `make image`" % IMAGE
     data = tmp_path / "voc"
-    subprocess.run([os.path.join(ROOT, ".venv", "bin", "frcnn-generate-voc"), str(data),
+    subprocess.run([os.path.join(ROOT, ".venv", "bin", "detector-generate-voc"), str(data),
                     "--train-2007", "6", "--test-2007", "2", "--train-2012", "0"], check=True,
                    capture_output=True)
     output = tmp_path / "output"

@@ -4,8 +4,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from frcnn_train.guards import SUPPORTED_GPU_FAMILIES, UNSUPPORTED_GPU_FAMILIES, instance_family
-from frcnn_train.metrics import METRIC_DEFINITIONS
+from detector_training.job.guards import SUPPORTED_GPU_FAMILIES, UNSUPPORTED_GPU_FAMILIES, instance_family
+from detector_training.job.metrics import METRIC_DEFINITIONS
 from sagemaker_launch import JobSpec, LaunchError, build_tuner, launch, processes_per_host
 from sagemaker_launch.job import _GPUS
 

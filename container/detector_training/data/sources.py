@@ -28,9 +28,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from .errors import DataError
+from detector_training.errors import DataError
 
-LOG = logging.getLogger("frcnn_train")
+LOG = logging.getLogger("detector_training")
 MIB = 1 << 20
 USER_AGENT = "frcnn-train-fetch/2"
 _READ = 1 << 20

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from .errors import ConfigError
+from detector_training.errors import ConfigError
 
 # Networks GluonCV's model zoo builds, plus one small network of ours for CPU runs.
 NETWORKS = (

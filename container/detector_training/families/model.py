@@ -11,7 +11,7 @@ import glob
 import logging
 import os
 
-from .errors import ConfigError, PretrainedWeightsError
+from detector_training.errors import ConfigError, PretrainedWeightsError
 
 LOG = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def fit_proposals_to_images(net, config, datasets):
     images are too small even for the RoIs the network samples per image, a ConfigError names
     short/max_size and the smallest size that works. Returns the capped (train, test) counts.
     """
-    from .datasets import image_sizes
+    from detector_training.data.datasets import image_sizes
 
     train_shorts, val_short, max_size = image_sizes(config, net)
     count = anchor_counter(net)

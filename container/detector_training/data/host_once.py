@@ -10,10 +10,10 @@ import os
 import socket
 import time
 
-from .checkpoint import atomic_write_text
-from .errors import FAILURE_LIMIT, DataError, JobError, shorten
+from detector_training.core.checkpoint import atomic_write_text
+from detector_training.errors import FAILURE_LIMIT, DataError, JobError, shorten
 
-LOG = logging.getLogger("frcnn_train")
+LOG = logging.getLogger("detector_training")
 
 MARKER_NAME = ".frcnn-data.json"
 MARKER_FORMAT = 2

@@ -23,11 +23,11 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
-from .main import load_config, report_failure, setup_logging, write_failure
-from .signals import install_for_this_process
+from detector_training.errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
+from detector_training.main import load_config, report_failure, setup_logging, write_failure
+from detector_training.job.signals import install_for_this_process
 
-LOG = logging.getLogger("frcnn_train")
+LOG = logging.getLogger("detector_training")
 
 STOP_GRACE_S = 100
 STATUS_FILE = "/tmp/done"  # the toolkit's convention: /tmp/done.<leader>
@@ -62,7 +62,7 @@ def processes_per_host(raw_value, gpus):
     """GPU count (1 on CPU) unless the hyperparameter ``processes_per_host`` says otherwise."""
     if raw_value is None:
         return max(1, gpus)
-    from .config import decode, parse_int
+    from detector_training.core.config import decode, parse_int
 
     try:
         value = parse_int(decode(raw_value))
@@ -118,7 +118,7 @@ def mpirun_command(plan, program, env_names, custom_mpi_options=(), ld_preload=N
 
 
 def rank_program():
-    return [sys.executable, "-m", "frcnn_train.rank"]
+    return [sys.executable, "-m", "detector_training.job.rank"]
 
 
 def toolkit_gethostname_preload():
@@ -239,15 +239,15 @@ def run_worker(plan):
 
 def main(argv=None):
     """Console script ``train``."""
-    from .sm_env import Environment, JobPaths, base_dir
+    from detector_training.job.sm_env import Environment, JobPaths, base_dir
 
     setup_logging(0)
     failure_path = JobPaths(base_dir()).failure_file
     try:
         env = Environment.read(base_dir())
         config = load_config(env)  # every hyperparameter error, before anything starts
-        from .guards import check_gpus_visible, raise_open_file_limit
-        from .main import gpu_count
+        from detector_training.job.guards import check_gpus_visible, raise_open_file_limit
+        from detector_training.main import gpu_count
 
         gpus = gpu_count()
         check_gpus_visible(env.resource_config.get("current_instance_type"), gpus)
@@ -268,7 +268,7 @@ def main(argv=None):
                  ",".join(plan.hosts), plan.current_host, plan.processes_per_host, plan.world_size,
                  gpus, limit)
         if plan.world_size == 1:
-            from .main import job_main
+            from detector_training.main import job_main
 
             code = job_main(env.paths.base, install_signals=False)
         elif plan.is_leader:

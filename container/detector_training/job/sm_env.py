@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from .errors import ConfigError, DataError
+from detector_training.errors import ConfigError, DataError
 
 DATA_CHANNELS = ("voc", "train", "training")  # 'training' is what fit("s3://...") names it
 COCO_CHANNELS = ("coco", "train", "training")

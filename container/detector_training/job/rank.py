@@ -1,4 +1,4 @@
-"""One rank started by mpirun: ``python -m frcnn_train.rank``.
+"""One rank started by mpirun: ``python -m detector_training.job.rank``.
 
 It exits with ``os._exit`` so a failed rank never lingers in interpreter shutdown (Horovod's
 background thread); mpirun then ends the other ranks (orte_abort_on_non_zero_status).
@@ -7,7 +7,7 @@ background thread); mpirun then ends the other ranks (orte_abort_on_non_zero_sta
 import os
 import sys
 
-from .main import job_main
+from detector_training.main import job_main
 
 
 def main():

@@ -2,7 +2,7 @@
 
 The channel holds that job's ``model.tar.gz`` (as SageMaker packs /opt/ml/model) or its files
 (``model-best.params`` or ``model.params``, with ``classes.json``). A tarball is extracted through
-:mod:`frcnn_train.archive` (the project's safe extraction), only the files needed here. With the
+:mod:`detector_training.data.archive` (the project's safe extraction), only the files needed here. With the
 same class list every parameter is loaded. With a different one the backbone, RPN and box head are
 reused and the class head is re-initialised for the new classes (GluonCV's ``reset_class``; rows of
 classes both lists share, and the background, keep their trained weights). The log says what was
@@ -17,7 +17,7 @@ import posixpath
 import shutil
 import tempfile
 
-from .errors import DataError
+from detector_training.errors import DataError
 
 LOG = logging.getLogger(__name__)
 
@@ -83,8 +83,8 @@ def _model_files_in(root, walk=False):
 
 
 def _extract(path, scratch):
-    from . import archive
-    from .predict import MODEL_LIMITS
+    import detector_training.data.archive as archive
+    from detector_training.predict import MODEL_LIMITS
 
     def wanted(member):
         return member.isfile() and posixpath.basename(member.name) in PARAMS_FILES + (CLASSES_FILE,)

@@ -2,9 +2,9 @@
 
 ``run_job`` is the training job of one rank. Three commands reach it:
 
-* ``train`` / ``frcnn-train-job``: the job described by ``$SAGEMAKER_BASE_DIR`` (default
+* ``train`` / ``detector-train-job``: the job described by ``$SAGEMAKER_BASE_DIR`` (default
   ``/opt/ml``); under ``horovodrun``/``mpirun`` every rank runs it.
-* ``frcnn-run`` (``make run``): writes a SageMaker-style tree with a generated VOC dataset and
+* ``detector-run`` (``make run``): writes a SageMaker-style tree with a generated VOC dataset and
   CPU-sized hyperparameters, then runs the very same job on it.
 """
 
@@ -18,10 +18,10 @@ import sys
 import tempfile
 import traceback
 
-from . import config as config_mod
-from .errors import failure_text_for
+from detector_training.core import config as config_mod
+from detector_training.errors import failure_text_for
 
-LOG = logging.getLogger("frcnn_train")
+LOG = logging.getLogger("detector_training")
 
 
 def setup_logging(rank=0, verbose=False):
@@ -99,17 +99,17 @@ def run_job(config, env, dist):
     """Train, validate, checkpoint and write the model. Returns the final validation result."""
     import mxnet as mx
 
-    from .checkpoint import (CheckpointManager, apply_optimizer_state, optimizer_state_digest,
+    from detector_training.core.checkpoint import (CheckpointManager, apply_optimizer_state, optimizer_state_digest,
                              read_optimizer_state)
-    from .datasets import (build_datasets, build_train_loader, build_val_loader, image_sizes,
+    from detector_training.data.datasets import (build_datasets, build_train_loader, build_val_loader, image_sizes,
                            steps_per_epoch)
-    from .engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, LearningRateHook,
+    from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, LearningRateHook,
                          MetricLogHook, StopHook, ValidationHook, dump_json)
-    from .guards import adapt_workers, check_gpu_runs
-    from .evaluation import make_metric, validate
-    from .model import build_network, fit_proposals_to_images
-    from .solver import lr_at, make_trainer
-    from .step import ForwardBackward
+    from detector_training.job.guards import adapt_workers, check_gpu_runs
+    from detector_training.core.evaluation import make_metric, validate
+    from detector_training.families.model import build_network, fit_proposals_to_images
+    from detector_training.core.solver import lr_at, make_trainer
+    from detector_training.families.step import ForwardBackward
 
     world = dist.world
     on_gpu = gpu_count() > 0
@@ -124,7 +124,7 @@ def run_job(config, env, dist):
         LOG.info("effective configuration: %s", json.dumps(effective, sort_keys=True))
     seed_everything(config.seed, world.rank)
 
-    from .voc_fetch import acquire_voc
+    from detector_training.data.voc_fetch import acquire_voc
 
     # Once per host: local rank 0 fetches, verifies and extracts; the others wait for its marker.
     work_dir = os.environ.get("FRCNN_WORK_DIR") or env.paths.work_dir
@@ -160,7 +160,7 @@ def run_job(config, env, dist):
             net.load_parameters(os.path.join(path, "model.params"), ctx=ctx)
             resume = dict(state, optimizer=read_optimizer_state(path), path=path)
         elif env.channel_dir("model"):
-            from .start_model import start_from_channel
+            from detector_training.core.start_model import start_from_channel
 
             start_from_channel(net, env.channel_dir("model"), ctx)
     resume = dist.broadcast_object(resume, "resume")
@@ -206,7 +206,7 @@ def run_job(config, env, dist):
             dump_json(os.path.join(model_dir, "validation.json"), engine.last_validation)
         export_symbol(config, datasets.classes, os.path.join(model_dir, "model.params"),
                       os.path.join(model_dir, "model"), config_mod_short(config, net), proposals)
-        from .report import write_report
+        from detector_training.core.report import write_report
 
         try:
             write_report(model_dir, engine.history, engine.last_validation, list(datasets.classes))
@@ -266,7 +266,7 @@ def install_stop_signals():
     (data-loader workers) keep the default action."""
     import signal
 
-    from .signals import install_for_this_process
+    from detector_training.job.signals import install_for_this_process
 
     install_for_this_process(_on_stop_signal, (signal.SIGTERM,))
 
@@ -292,7 +292,7 @@ def export_symbol(config, classes, params_path, prefix, sizes, proposals):
     proposal counts the job trained and validated with."""
     import mxnet as mx
 
-    from .model import build_network, set_proposal_counts
+    from detector_training.families.model import build_network, set_proposal_counts
 
     net = build_network(config, classes, 1, False, None, mx.cpu())
     set_proposal_counts(net, *proposals)
@@ -309,7 +309,7 @@ def load_config(env):
 
 def job_main(base=None, install_signals=True):
     """One rank of the job in ``base`` (default: $SAGEMAKER_BASE_DIR or /opt/ml)."""
-    from .sm_env import Environment, JobPaths, base_dir
+    from detector_training.job.sm_env import Environment, JobPaths, base_dir
 
     if install_signals:
         install_stop_signals()
@@ -320,7 +320,7 @@ def job_main(base=None, install_signals=True):
         env = Environment.read(base or base_dir())
         config = load_config(env)
         _set_engine_threads(config)
-        from .distributed import init_distributed
+        from detector_training.core.distributed import init_distributed
 
         dist = init_distributed()
         setup_logging(dist.world.rank, config.verbose)
@@ -361,13 +361,13 @@ def prepare_run_tree(base, hyperparameters, n_train=48, n_test=24, n_train_2012=
     """A SageMaker-style tree with generated data: a VOCdevkit in the 'voc' channel, or for
     dataset=coco a COCO-format dataset (own categories) in the 'coco' channel."""
     if str(hyperparameters.get("dataset", "")).strip('"') == "coco":
-        from .synthetic_coco import generate as generate_coco
+        from detector_training.data.synthetic_coco import generate as generate_coco
 
         channel = os.path.join(base, "input", "data", "coco")
         if not os.path.isdir(os.path.join(channel, "annotations")):
             generate_coco(channel, n_train + n_train_2012, n_test, seed=seed)
     else:
-        from .synthetic_voc import generate
+        from detector_training.data.synthetic_voc import generate
 
         channel = os.path.join(base, "input", "data", "voc")
         if not os.path.isdir(os.path.join(channel, "VOCdevkit")):

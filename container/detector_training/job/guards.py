@@ -7,9 +7,9 @@ import logging
 import os
 import resource
 
-from .errors import EnvironmentCheckError
+from detector_training.errors import EnvironmentCheckError
 
-LOG = logging.getLogger("frcnn_train")
+LOG = logging.getLogger("detector_training")
 
 # Which SageMaker GPU families can run the image: the stock mxnet-cu112 1.9.1 wheel carries GPU
 # code for sm_50, 60, 70, 80 and 86 only, and no PTX that a newer GPU could compile. A GPU runs

@@ -13,10 +13,10 @@ import math
 import os
 import time
 
-from .checkpoint import save_optimizer_state
-from .step import LOSS_NAMES, METRIC_NAMES, MetricSums
+from detector_training.core.checkpoint import save_optimizer_state
+from detector_training.families.step import LOSS_NAMES, METRIC_NAMES, MetricSums
 
-LOG = logging.getLogger("frcnn_train")
+LOG = logging.getLogger("detector_training")
 ALL_METRICS = LOSS_NAMES + METRIC_NAMES
 
 
@@ -196,7 +196,7 @@ class MetricLogHook(Hook):
                      format_metrics(values))
         bad = [k for k in LOSS_NAMES if k in values and not math.isfinite(values[k])]
         if bad:
-            from .errors import JobError
+            from detector_training.errors import JobError
 
             raise JobError("training diverged at epoch %d: %s became NaN/inf." % (engine.epoch, ", ".join(bad)),
                            "lower lr, or set clip_gradient (e.g. 10), and check the annotations.")
@@ -304,6 +304,6 @@ class FinalModelHook(Hook):
 
 
 def dump_json(path, value):
-    from .checkpoint import atomic_write_text
+    from detector_training.core.checkpoint import atomic_write_text
 
     atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True, default=str) + "\n")

@@ -8,7 +8,7 @@ devkit in a channel or a fetched directory).
 import os
 import re
 
-from .errors import DataError
+from detector_training.errors import DataError
 
 # The three Pascal VOC tars, their SHA-1s (REFERENCE.md section 4), what each leaves in the tree
 # (year, split files under ImageSets/Main) and their sizes in MB (to fetch the largest first).

@@ -6,8 +6,8 @@ Schedule, as GluonCV's Faster R-CNN script: linear warm-up from ``lr * lr_warmup
 ``lr`` is already scaled to the global batch (see TrainConfig.effective_lr).
 """
 
-from .errors import ConfigError
-from .model import apply_no_wd
+from detector_training.errors import ConfigError
+from detector_training.families.model import apply_no_wd
 
 
 def lr_at(config, base_lr, epoch, global_step):

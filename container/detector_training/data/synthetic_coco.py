@@ -2,7 +2,7 @@
 
 ``annotations/instances_train2017.json`` and ``annotations/instances_val2017.json`` with the images
 under ``train2017/`` and ``val2017/`` (so the COCO presets' split names work unchanged), made of the
-same shapes as :mod:`frcnn_train.synthetic_voc`. Like a labelling tool's export it has categories of
+same shapes as :mod:`detector_training.data.synthetic_voc`. Like a labelling tool's export it has categories of
 its own (ids 1, 3, 5: not contiguous, not COCO's 80); training entries name their image with
 ``file_name`` only, validation entries also carry a ``coco_url`` (as COCO's own files do), and the
 last validation image has no object at all.
@@ -12,7 +12,7 @@ import json
 import os
 import random
 
-from .synthetic_voc import SHAPES, _background, make_image
+from detector_training.data.synthetic_voc import SHAPES, _background, make_image
 
 TRAIN_SPLIT = "instances_train2017"
 VAL_SPLIT = "instances_val2017"

@@ -14,7 +14,7 @@ import io
 import json
 import os
 
-from .errors import DataError
+from detector_training.errors import DataError
 
 ANNOTATIONS = "annotations"
 

@@ -6,7 +6,7 @@ the exported pair ``model-symbol.json`` + ``model-0000.params``, ``classes.json`
 scale, longer side capped at ``max_size``), and boxes come back in the pixel coordinates of the
 original image (its stored pixel grid: like MXNet's decoder, EXIF orientation is not applied).
 
-    frcnn-predict MODEL IMAGE --output OUT.png [--threshold 0.5] [--json OUT.json]
+    detector-predict MODEL IMAGE --output OUT.png [--threshold 0.5] [--json OUT.json]
 """
 
 import argparse
@@ -19,7 +19,7 @@ import tempfile
 import warnings
 import zlib
 
-from . import archive
+import detector_training.data.archive as archive
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -70,7 +70,7 @@ def load_model(path, ctx=None):
         return _load_directory(path, path, ctx)
     if not os.path.isfile(path):
         raise PredictError("not a model: %s is neither a model directory nor a model.tar.gz" % path)
-    tmp = tempfile.mkdtemp(prefix="frcnn-predict-")
+    tmp = tempfile.mkdtemp(prefix="detector-predict-")
     try:
         extracted = extract_model_files(path, tmp)
         return _load_directory(_find_model_dir(extracted, path), path, ctx)
@@ -80,7 +80,7 @@ def load_model(path, ctx=None):
 
 def extract_model_files(path, parent):
     """Extract the files inference reads from a model archive into a new directory under
-    ``parent`` (returned), through :mod:`frcnn_train.archive`: the whole archive is refused when
+    ``parent`` (returned), through :mod:`detector_training.data.archive`: the whole archive is refused when
     any member is a link, a special file, has an unsafe name or is over its size cap. A job's
     archive also holds model.params and model-best.params (twice the export): they are skipped."""
     def wanted(member):
@@ -264,7 +264,7 @@ def draw(image_path, detections, out_png):
 
 
 def _save_atomic(path, write):
-    from .checkpoint import atomic_write
+    from detector_training.core.checkpoint import atomic_write
 
     atomic_write(path, write)
 
@@ -290,7 +290,7 @@ def _threshold(value):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="frcnn-predict",
+        prog="detector-predict",
         description="Detect objects in one image with a trained model and draw them.")
     parser.add_argument("model", help="model directory of a job, or its model.tar.gz")
     parser.add_argument("image", help="image file (JPEG, PNG, ...)")
@@ -309,10 +309,10 @@ def main(argv=None):
             payload = json.dumps(detections, indent=1).encode("utf-8")
             _save_atomic(args.json_path, lambda handle: handle.write(payload))
     except PredictError as exc:
-        print("frcnn-predict: error: %s" % exc, file=sys.stderr)
+        print("detector-predict: error: %s" % exc, file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. the output directory cannot be written
-        print("frcnn-predict: error: %s" % _one_line(exc), file=sys.stderr)
+        print("detector-predict: error: %s" % _one_line(exc), file=sys.stderr)
         return 1
     print("drew %d detection(s) with score >= %g on %s -> %s"
           % (drawn, args.threshold, args.image, args.output))

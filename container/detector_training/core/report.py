@@ -135,6 +135,6 @@ def _curves_png(history):
 
 
 def _atomic_write(path, data):
-    from .checkpoint import atomic_write
+    from detector_training.core.checkpoint import atomic_write
 
     atomic_write(path, lambda handle: handle.write(data))

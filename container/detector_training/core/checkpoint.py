@@ -22,7 +22,7 @@ import re
 import shutil
 import tempfile
 
-from .errors import CheckpointError
+from detector_training.errors import CheckpointError
 
 POINTER = "latest"
 STATE = "state.json"

@@ -18,7 +18,7 @@ from xml.etree import ElementTree as ET
 
 from PIL import Image, ImageDraw, ImageFilter
 
-from .voc_layout import VOC_TAR_MB
+from detector_training.data.voc_layout import VOC_TAR_MB
 
 SHAPES = ("circle", "square", "triangle")
 _SIZES = ((160, 120), (120, 160), (176, 128), (144, 144), (200, 120))
@@ -160,7 +160,7 @@ def file_sha1(path):
 
 def make_voc_tars(directory, train_2007=48, test_2007=24, train_2012=24, seed=0, pad_bytes=0,
                   pad_file_bytes=110_000, classes=None):
-    """Write the three VOC tars (for tests, benchmarks and demo jobs), built from :func:`frcnn_train.synthetic_voc.generate`, into
+    """Write the three VOC tars (for tests, benchmarks and demo jobs), built from :func:`detector_training.data.synthetic_voc.generate`, into
     ``directory`` and return {tar name: sha1}.
 
     Members are ``VOCdevkit/VOC2007/...`` and ``VOCdevkit/VOC2012/...`` as in the real tars (2007

@@ -15,9 +15,9 @@ from xml.etree import ElementTree as ET
 
 import numpy as np
 
-from .config import voc_splits
-from .errors import DataError
-from .voc_layout import find_devkit
+from detector_training.core.config import voc_splits
+from detector_training.errors import DataError
+from detector_training.data.voc_layout import find_devkit
 
 
 def split_sorted_bucket_sampler_class():
@@ -214,7 +214,7 @@ def _voc_dataset(devkit, splits, classes, what):
                         "name classes as they appear in the annotations, or leave 'classes' "
                         "empty to read them from the annotations.")
     if len(keep) < len(dataset):
-        logging.getLogger("frcnn_train").warning(
+        logging.getLogger("detector_training").warning(
             "%s: %d of %d images have no object of the configured classes and are left out",
             what, len(dataset) - len(keep), len(dataset))
     items = [dataset._items[i] for i in keep]  # pylint: disable=protected-access
@@ -246,7 +246,7 @@ def build_datasets(config, data_root):
 def _coco_datasets(config, data_root):
     """COCO-format data (see coco_format.py): the training images that have objects of the chosen
     categories; every validation image, in id order, as GluonCV's COCO metric expects."""
-    from .coco_format import coco_dataset_class, find_coco_root
+    from detector_training.data.coco_format import coco_dataset_class, find_coco_root
 
     train_splits, val_splits = list(config.value("train_splits")), list(config.value("val_splits"))
     root = find_coco_root(data_root, train_splits[0])

@@ -1,0 +1,1 @@
+"""The training core shared by every detector family: configuration, loop and hooks, solver, checkpoints, Horovod, validation, report."""

@@ -1,0 +1,1 @@
+"""Detector families: one module per family says how to build, feed, step and validate its networks."""
