@@ -20,13 +20,14 @@ import time
 
 import mxnet as mx
 
+from detector_training import families
+from detector_training.core.checkpoint import Position
 from detector_training.core.config import from_hyperparameters
-from detector_training.data.datasets import build_datasets, build_train_loader, steps_per_epoch
 from detector_training.core.distributed import SingleProcess
-from detector_training.core.engine import Engine, EpochSetupHook, LearningRateHook, MetricLogHook
-from detector_training.families.model import build_network
+from detector_training.core.engine import (Engine, EpochSetupHook, LearningRateHook, MetricLogHook,
+                                           MetricSums)
 from detector_training.core.solver import lr_at, make_trainer
-from detector_training.families.step import ForwardBackward, MetricSums
+from detector_training.data.datasets import build_datasets, steps_per_epoch
 from detector_training.data.synthetic_voc import generate
 
 HPS = {"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom", "pretrained_base": "false",
@@ -39,10 +40,13 @@ def setup(root, num_workers, n_images):
     data = build_datasets(config, root)
     dist = SingleProcess()
     per_rank = config.per_rank_batch(1)
-    net = build_network(config, data.classes, per_rank, False, None, mx.cpu())
+    family = families.get(config.network)
+    net = family.build_network(config, data.classes, per_rank, False, None, mx.cpu())
+    family.fit_to_data(net, config, data)
     net.hybridize()
     steps = steps_per_epoch(len(data.train), 1, per_rank)
-    train_data = build_train_loader(config, net, data, dist.world, per_rank, steps)
+    train_data = family.train_loader(config, net, data, dist.world, per_rank, steps,
+                                     config.num_workers)
     loader, sampler, mixup = train_data.loader, train_data.sampler, train_data.mixup
     trainer = make_trainer(config, net, dist, config.effective_lr(1), False)
     return config, dist, net, loader, sampler, mixup, trainer, per_rank, steps
@@ -50,7 +54,7 @@ def setup(root, num_workers, n_images):
 
 def bare_loop(net, loader, trainer, per_rank, steps, config):
     """GluonCV's forward/backward/step with nothing else (one sync per step, as any loop has)."""
-    task = ForwardBackward(net, config, mx.cpu())
+    task = families.get(config.network).make_step(net, config, mx.cpu())
     sink = MetricSums()
     start = time.perf_counter()
     batches = iter(loader)
@@ -63,12 +67,14 @@ def bare_loop(net, loader, trainer, per_rank, steps, config):
 
 
 def engine_loop(config, dist, net, loader, sampler, mixup, trainer, per_rank, steps, epoch):
-    step = ForwardBackward(net, config, mx.cpu())
+    family = families.get(config.network)
+    step = family.make_step(net, config, mx.cpu())
     hooks = [LearningRateHook(lambda e, g: lr_at(config, config.effective_lr(1), e, g)),
              EpochSetupHook(sampler, mixup, lambda: None), MetricLogHook()]
     engine = Engine(config=config, world=dist.world, dist=dist, net=net, trainer=trainer,
                     step=step, loader=loader, steps=steps, per_rank_batch=per_rank,
-                    start_epoch=epoch, hooks=hooks)
+                    loss_names=family.loss_names, metric_names=family.metric_names,
+                    position=Position(epoch=epoch), hooks=hooks)
     engine.config = from_hyperparameters(dict(HPS, epochs=str(epoch + 1)))
     start = time.perf_counter()
     engine.run()

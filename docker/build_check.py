@@ -56,7 +56,7 @@ def main():
 
     import detector_training
     from detector_training.core.config import from_hyperparameters
-    from detector_training.families.model import build_network
+    from detector_training.families import build_network
 
     print("variant", variant, "mxnet", mx.__version__, "gluoncv", gluoncv.__version__,
           "detector_training", detector_training.__file__)

@@ -23,7 +23,7 @@ TINY = {
 
 def make_job(base, hyperparameters, n_train=8, n_test=4, seed=0):
     """A SageMaker-style tree under ``base`` with a generated VOCdevkit in the 'voc' channel."""
-    from detector_training.main import prepare_run_tree
+    from detector_training.job.demo import prepare_run_tree
 
     prepare_run_tree(str(base), dict(TINY, **hyperparameters), n_train=n_train, n_test=n_test,
                      n_train_2012=0, seed=seed)

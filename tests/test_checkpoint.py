@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from detector_training.core.checkpoint import CheckpointManager, atomic_write_text
+from detector_training.core.checkpoint import CheckpointManager
+from detector_training.core.files import atomic_write_text
 from detector_training.errors import CheckpointError
 
 

@@ -13,22 +13,22 @@ def build(**hps):
 def test_defaults_follow_the_voc_preset():
     c = build()
     assert c.network == "faster_rcnn_resnet50_v1b_voc"
-    assert c.value("epochs") == 20
-    assert c.value("lr") == pytest.approx(0.001)
-    assert c.value("lr_decay_epoch") == (14, 20)
-    assert c.value("wd") == pytest.approx(5e-4)
-    assert c.value("lr_warmup") == -1 and c.warmup_iters == 0
-    assert c.value("train_splits") == ("2007_trainval", "2012_trainval")
-    assert c.value("val_splits") == ("2007_test",)
+    assert c.epochs == 20
+    assert c.lr == pytest.approx(0.001)
+    assert c.lr_decay_epoch == (14, 20)
+    assert c.wd == pytest.approx(5e-4)
+    assert c.lr_warmup == -1 and c.warmup_iters == 0
+    assert c.train_splits == ("2007_trainval", "2012_trainval")
+    assert c.val_splits == ("2007_test",)
 
 
 def test_coco_preset_and_user_value_precedence():
     c = build(dataset="coco", epochs="3")
-    assert c.value("epochs") == 3  # user beats preset
-    assert c.value("lr") == pytest.approx(0.01)
-    assert c.value("lr_decay_epoch") == (17, 23)
-    assert c.value("lr_warmup") == 1000
-    assert c.value("wd") == pytest.approx(1e-4)
+    assert c.epochs == 3  # user beats preset
+    assert c.lr == pytest.approx(0.01)
+    assert c.lr_decay_epoch == (17, 23)
+    assert c.lr_warmup == 1000
+    assert c.wd == pytest.approx(1e-4)
 
 
 @pytest.mark.parametrize("raw, expected", [

@@ -20,7 +20,7 @@ from detector_training.core.start_model import start_from_channel
 
 def tiny_net(classes):
     config = from_hyperparameters({"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom"})
-    from detector_training.families.model import build_network
+    from detector_training.families import build_network
 
     net = build_network(config, tuple(classes), 1, False, None, mx.cpu())
     with mx.autograd.predict_mode():

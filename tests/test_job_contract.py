@@ -114,13 +114,11 @@ def wait_for(predicate, timeout, proc=None):
 
 STOP_SIGNAL_PROBE = """
 import os, signal, sys, tempfile, time
-from detector_training import main
-from detector_training.job import launcher
+from detector_training.job.stop import RankStop, StopSignal
 if sys.argv[1] == "trainer":
-    main.install_stop_signals()
-    stop_requested = main.stop_requested
+    stop_requested = RankStop().install().requested
 else:  # the launcher, which runs a one-process job in itself
-    stop = launcher.StopSignal(os.path.join(tempfile.mkdtemp(), "stop-requested"))
+    stop = StopSignal(os.path.join(tempfile.mkdtemp(), "stop-requested"))
     stop.install()
     stop_requested = lambda: os.path.exists(stop.stop_file)
 child = os.fork()

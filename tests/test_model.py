@@ -6,7 +6,8 @@ import pytest
 
 from detector_training.core.config import from_hyperparameters
 from detector_training.errors import PretrainedWeightsError
-from detector_training.families.model import build_network, local_weight_file, offline_first_weights
+from detector_training.core.networks import local_weight_file, offline_first_weights
+from detector_training.families import build_network
 
 
 def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):

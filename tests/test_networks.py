@@ -4,21 +4,21 @@ The real pieces run: the network builder, the training transform and batchify, t
 four losses, the SGD update, and the distributed validation (size 1)."""
 
 import math
-import os
 import tempfile
 
 import mxnet as mx
 import pytest
 
+from detector_training import families
 from detector_training.core.config import NETWORKS, from_hyperparameters
-from detector_training.data.datasets import build_datasets, build_train_loader, build_val_loader
 from detector_training.core.distributed import SingleProcess
-from detector_training.errors import ConfigError
-from detector_training.core.evaluation import make_metric, validate
-from detector_training.main import materialize_parameters
-from detector_training.families.model import build_network, fit_proposals_to_images
-from detector_training.families.step import LOSS_NAMES, ForwardBackward, MetricSums
+from detector_training.core.engine import MetricSums
+from detector_training.core.evaluation import validate
+from detector_training.data.datasets import build_datasets
 from detector_training.data.synthetic_voc import generate
+from detector_training.errors import ConfigError
+from detector_training.families import build_network
+from detector_training.families.faster_rcnn import fit_proposals_to_images
 
 
 @pytest.fixture(scope="module")
@@ -32,23 +32,23 @@ def one_step_and_validation(root, hyperparameters):
     config = from_hyperparameters(dict({"dataset": "custom", "pretrained_base": "false",
                                         "train_splits": "2007_trainval", "num_workers": "0",
                                         "batch_size": "1"}, **hyperparameters))
-    dist, ctx = SingleProcess(), mx.cpu()
+    dist, ctx, family = SingleProcess(), mx.cpu(), families.get(config.network)
     datasets = build_datasets(config, root)
-    net = build_network(config, datasets.classes, 1, False, None, ctx)
-    fit_proposals_to_images(net, config, datasets)
-    train = build_train_loader(config, net, datasets, dist.world, 1, 1, 0)
-    materialize_parameters(net, train.first_batch(), ctx)
+    net = family.build_network(config, datasets.classes, 1, False, None, ctx)
+    family.fit_to_data(net, config, datasets)
+    train = family.train_loader(config, net, datasets, dist.world, 1, 1, 0)
+    family.materialize(net, train.first_batch(), ctx)
     net.hybridize()
     trainer = mx.gluon.Trainer(net.collect_train_params(), "sgd", {"learning_rate": 0.001})
-    step, sums = ForwardBackward(net, config, ctx), MetricSums()
+    step, sums = family.make_step(net, config, ctx), MetricSums()
     for batch in train.loader:
         trainer.step(step(batch, sums))
         break
-    losses = MetricSums.values_from_flat(LOSS_NAMES, sums.flat(LOSS_NAMES))
+    losses = MetricSums.values_from_flat(family.loss_names, sums.flat(family.loss_names))
     net.hybridize()  # inference takes other inputs: the job rebuilds the graph the same way
-    val_loader, indices = build_val_loader(config, net, datasets, dist.world, 0)
-    metric = make_metric(config, datasets, os.path.join(tempfile.mkdtemp(), "val"))
-    return losses, validate(net, val_loader, indices, ctx, metric, dist)
+    val_loader, indices = family.val_loader(config, net, datasets, dist.world, 0)
+    return losses, validate(family, net, val_loader, indices, ctx, dist, config, datasets,
+                            tempfile.mkdtemp())
 
 
 @pytest.mark.parametrize("network", NETWORKS)
@@ -65,7 +65,7 @@ def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_roo
 def test_resized_shape_is_gluoncvs_resize_short_within(width, height, short, max_size):
     from gluoncv.data.transforms.image import resize_short_within
 
-    from detector_training.families.model import resized_shape
+    from detector_training.families.faster_rcnn import resized_shape
 
     image = mx.nd.zeros((height, width, 3), dtype="uint8")
     assert resized_shape(width, height, short, max_size) == resize_short_within(image, short, max_size).shape[:2]
@@ -74,7 +74,7 @@ def test_resized_shape_is_gluoncvs_resize_short_within(width, height, short, max
 @pytest.mark.parametrize("network, shape", [("faster_rcnn_resnet18_v1b_voc", (64, 85)),
                                             ("faster_rcnn_fpn_resnet50_v1b_coco", (72, 100))])
 def test_anchor_count_is_what_the_network_generates(network, shape):
-    from detector_training.families.model import anchor_counter
+    from detector_training.families.faster_rcnn import anchor_counter
 
     config = from_hyperparameters({"network": network, "dataset": "custom"})
     net = build_network(config, ("a",), 1, False, None, mx.cpu())

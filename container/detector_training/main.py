@@ -1,11 +1,8 @@
-"""Entry points.
+"""The job of one rank: ``run_job``, read top to bottom.
 
-``run_job`` is the training job of one rank. Three commands reach it:
-
-* ``train`` / ``detector-train-job``: the job described by ``$SAGEMAKER_BASE_DIR`` (default
-  ``/opt/ml``); under ``horovodrun``/``mpirun`` every rank runs it.
-* ``detector-run`` (``make run``): writes a SageMaker-style tree with a generated VOC dataset and
-  CPU-sized hyperparameters, then runs the very same job on it.
+Three commands reach it: ``train`` (job/launcher.py; under ``mpirun`` every rank runs
+``job/rank.py``), ``detector-train-job`` (one rank in a given tree) and ``detector-run``
+(job/demo.py: generated data, CPU-sized hyperparameters).
 """
 
 import argparse
@@ -95,212 +92,132 @@ def gpu_count():
         return 0
 
 
-def run_job(config, env, dist):
-    """Train, validate, checkpoint and write the model. Returns the final validation result."""
+def run_job(config, env, dist, stop):
+    """Train, validate, checkpoint and write the model. Returns the final validation result.
+
+    Read top to bottom: devices and seeds, data, network, loaders, resume, optimizer, hooks, loop.
+    What differs between detector families is behind ``family`` (families/base.py)."""
     import mxnet as mx
 
-    from detector_training.core.checkpoint import (CheckpointManager, apply_optimizer_state, optimizer_state_digest,
-                             read_optimizer_state)
-    from detector_training.data.datasets import (build_datasets, build_train_loader, build_val_loader, image_sizes,
-                           steps_per_epoch)
-    from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, LearningRateHook,
-                         MetricLogHook, StopHook, ValidationHook, dump_json)
-    from detector_training.job.guards import adapt_workers, check_gpu_runs
-    from detector_training.core.evaluation import make_metric, validate
-    from detector_training.families.model import build_network, fit_proposals_to_images
+    from detector_training import families
+    from detector_training.core.checkpoint import CheckpointManager, load_latest, resume_trainer
+    from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook,
+                                               FinalModelHook, LearningRateHook, MetricLogHook,
+                                               StopHook, ValidationHook)
+    from detector_training.core.evaluation import validate
+    from detector_training.core.model_dir import ModelDirectory
     from detector_training.core.solver import lr_at, make_trainer
-    from detector_training.families.step import ForwardBackward
+    from detector_training.data.datasets import build_datasets, steps_per_epoch
+    from detector_training.job.guards import adapt_workers, check_gpu_runs
 
-    world = dist.world
+    # 1. Where this rank runs, and its seeds.
+    world, family = dist.world, families.get(config.network)
     on_gpu = gpu_count() > 0
     ctx = mx.gpu(world.local_rank) if on_gpu else mx.cpu()
     if on_gpu:
         check_gpu_runs(ctx)
     per_rank_batch = config.per_rank_batch(world.size)
     effective = config.resolved(world.size)
-    LOG.info("world: rank=%d size=%d local_rank=%d local_size=%d host=%s device=%s", world.rank,
-             world.size, world.local_rank, world.local_size, socket.gethostname(), ctx)
+    LOG.info("world: rank=%d size=%d local_rank=%d local_size=%d host=%s device=%s family=%s",
+             world.rank, world.size, world.local_rank, world.local_size, socket.gethostname(), ctx,
+             family.name)
     if world.is_main:
         LOG.info("effective configuration: %s", json.dumps(effective, sort_keys=True))
     seed_everything(config.seed, world.rank)
 
-    from detector_training.data.voc_fetch import acquire_voc
-
-    # Once per host: local rank 0 fetches, verifies and extracts; the others wait for its marker.
-    work_dir = os.environ.get("FRCNN_WORK_DIR") or env.paths.work_dir
-    data_root = env.require_coco_dir() if config.dataset == "coco" else \
-        acquire_voc(config, env, world, work_dir)
-    datasets = build_datasets(config, data_root)
+    # 2. Data: once per host (local rank 0 fetches, verifies and extracts; the others wait).
+    datasets = build_datasets(config, data_root(config, env, world))
     if world.is_main:
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
-    net = build_network(config, datasets.classes, per_rank_batch, config.pretrained_base,
-                        env.pretrained_dirs, ctx)
-    proposals = fit_proposals_to_images(net, config, datasets)
-    train_shorts, _, image_max = image_sizes(config, net)
-    effective.update(short=list(train_shorts), max_size=image_max)  # the network's when not set
-    model_dir = env.paths.model_dir
-    manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
-    steps = steps_per_epoch(len(datasets.train), world.size, per_rank_batch)
-    short, max_size = config_mod_short(config, net)
-    workers = adapt_workers(config.num_workers, per_rank_batch, short, max_size, world.local_size)
-    train_data = build_train_loader(config, net, datasets, world, per_rank_batch, steps, workers)
-    loader, sampler, mixup = train_data.loader, train_data.sampler, train_data.mixup
-    val_loader, val_indices = build_val_loader(config, net, datasets, world, workers)
-    # Every parameter gets its shape now (one training-mode forward on one sample), so loading,
-    # broadcasting and the optimizer state never meet a deferred parameter.
-    materialize_parameters(net, train_data.first_batch(), ctx)
 
-    # Resume: the main rank finds the newest complete checkpoint and shares what it holds.
+    # 3. The network, fitted to the data's image sizes.
+    net = family.build_network(config, datasets.classes, per_rank_batch, config.pretrained_base,
+                               env.pretrained_dirs, ctx)
+    fitted = family.fit_to_data(net, config, datasets)
+    train_shorts, _, max_size = family.image_sizes(config, net)
+    effective.update(short=list(train_shorts), max_size=max_size)  # the network's when not set
+
+    # 4. Loaders: this rank's shard, the same number of steps on every rank.
+    steps = steps_per_epoch(len(datasets.train), world.size, per_rank_batch)
+    workers = adapt_workers(config.num_workers, per_rank_batch, train_shorts[-1], max_size,
+                            world.local_size)
+    train_data = family.train_loader(config, net, datasets, world, per_rank_batch, steps, workers)
+    val_loader, val_indices = family.val_loader(config, net, datasets, world, workers)
+    # Every parameter gets its shape now, so loading, broadcasting and the optimizer state never
+    # meet a deferred parameter.
+    family.materialize(net, train_data.first_batch(), ctx)
+
+    # 5. Start: the newest checkpoint (main rank reads, all ranks get it), else the model channel.
+    manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
     resume = None
     if world.is_main:
-        latest = manager.latest()
-        if latest:
-            path, state = latest
-            net.load_parameters(os.path.join(path, "model.params"), ctx=ctx)
-            resume = dict(state, optimizer=read_optimizer_state(path), path=path)
-        elif env.channel_dir("model"):
+        resume = load_latest(manager, net, ctx)
+        if resume is None and env.channel_dir("model"):
             from detector_training.core.start_model import start_from_channel
 
             start_from_channel(net, env.channel_dir("model"), ctx)
     resume = dist.broadcast_object(resume, "resume")
     dist.broadcast_parameters(net.collect_params())
 
+    # 6. Optimizer (Horovod's DistributedTrainer under ranks), restored when resuming.
     def hybridize():
         # Training and inference call the network with different inputs, so the cached graph is
-        # rebuilt at each switch (as GluonCV's script does).
+        # rebuilt at each switch (as GluonCV's scripts do).
         if not config.disable_hybridization:
             net.hybridize(static_alloc=config.static_alloc)
 
     hybridize()
     base_lr = config.effective_lr(world.size)
     trainer = make_trainer(config, net, dist, base_lr, on_gpu)
-    start_epoch, start_iteration, global_step = 0, 0, 0
     if resume:
-        apply_optimizer_state(trainer, *resume["optimizer"])
-        start_epoch, global_step = resume["epoch"], resume["global_step"]
-        start_iteration = resume.get("iteration", 0)
-        LOG.info("resume: from %s at epoch %d iteration %d (global step %d); optimizer state "
-                 "restored: %s", resume["path"], start_epoch, start_iteration, global_step,
-                 optimizer_state_digest(trainer))
+        resume_trainer(resume, trainer)
 
-    metric = make_metric(config, datasets, os.path.join(tempfile.mkdtemp(prefix="frcnn-val-"), "rank%d" % world.rank))
-    step = ForwardBackward(net, config, ctx, amp_trainer=trainer if config.amp else None)
-
-    def save_best(engine):
-        os.makedirs(model_dir, exist_ok=True)
-        tmp = os.path.join(model_dir, ".tmp-model-best.params")
-        engine.net.save_parameters(tmp)
-        os.replace(tmp, os.path.join(model_dir, "model-best.params"))
-        dump_json(os.path.join(model_dir, "validation-best.json"), engine.last_validation)
-
-    def write_final(engine):
-        os.makedirs(model_dir, exist_ok=True)
-        tmp = os.path.join(model_dir, ".tmp-model.params")
-        engine.net.save_parameters(tmp)
-        os.replace(tmp, os.path.join(model_dir, "model.params"))
-        dump_json(os.path.join(model_dir, "classes.json"), list(datasets.classes))
-        dump_json(os.path.join(model_dir, "config.json"), effective)
-        dump_json(os.path.join(model_dir, "history.json"), engine.history)
-        if engine.last_validation is not None:
-            dump_json(os.path.join(model_dir, "validation.json"), engine.last_validation)
-        export_symbol(config, datasets.classes, os.path.join(model_dir, "model.params"),
-                      os.path.join(model_dir, "model"), config_mod_short(config, net), proposals)
-        from detector_training.core.report import write_report
-
-        try:
-            write_report(model_dir, engine.history, engine.last_validation, list(datasets.classes))
-        except Exception as exc:  # the report is a convenience: it must never fail a trained job
-            LOG.warning("report: not written (%s: %s)", type(exc).__name__, exc)
-        LOG.info("model: written to %s", model_dir)
-
+    # 7. The loop and its hooks, in the order they run at each point.
+    model_dir = ModelDirectory(env.paths.model_dir)
+    scratch = tempfile.mkdtemp(prefix="detector-val-rank%d-" % world.rank)
     checkpoints = CheckpointHook(manager, effective)
     hooks = [
         LearningRateHook(lambda epoch, gstep: lr_at(config, base_lr, epoch, gstep)),
-        EpochSetupHook(sampler, mixup, hybridize),
+        EpochSetupHook(train_data.sampler, train_data.mixup, hybridize),
         MetricLogHook(),
-        StopHook(stop_requested, checkpoints),
-        ValidationHook(lambda: hybridize() or validate(net, val_loader, val_indices, ctx, metric, dist,
-                                        coco=config.dataset == "coco"), save_best),
+        StopHook(stop.requested, checkpoints),
+        ValidationHook(lambda: hybridize() or validate(family, net, val_loader, val_indices, ctx,
+                                                       dist, config, datasets, scratch),
+                       lambda engine: model_dir.save_best(engine.net, engine.last_validation)),
         checkpoints,
-        FinalModelHook(write_final),
+        FinalModelHook(lambda engine: model_dir.write_final(
+            family=family, config=config, net=engine.net, classes=datasets.classes,
+            effective_config=effective, history=engine.history,
+            validation=engine.last_validation, fitted=fitted)),
     ]
-    engine = Engine(config=config, world=world, dist=dist, net=net, trainer=trainer, step=step,
-                    loader=loader, steps=steps, per_rank_batch=per_rank_batch,
-                    start_epoch=start_epoch, start_iteration=start_iteration,
-                    global_step=global_step, hooks=hooks)
-    if resume:
-        engine.history = list(resume.get("history") or [])
-        if resume.get("best_map") is not None:
-            engine.best_map = resume["best_map"]
+    engine = Engine(config=config, world=world, dist=dist, net=net, trainer=trainer,
+                    step=family.make_step(net, config, ctx, trainer if config.amp else None),
+                    loader=train_data.loader, steps=steps, per_rank_batch=per_rank_batch,
+                    loss_names=family.loss_names, metric_names=family.metric_names,
+                    position=resume.position if resume else None, hooks=hooks)
     if world.is_main:
         LOG.info("training: epochs %d..%d, %d steps per epoch, %d image(s) per rank, base lr %.6g",
-                 start_epoch, config.value("epochs") - 1, steps, per_rank_batch, base_lr)
+                 engine.start_epoch, config.epochs - 1, steps, per_rank_batch, base_lr)
     engine.run()
+    done = engine.global_step - engine.start_global_step
     if engine.stopped:
-        LOG.info("stopped: rank=%d steps=%d at epoch %d iteration %d", world.rank,
-                 engine.global_step - global_step, engine.epoch, engine.iteration)
+        LOG.info("stopped: rank=%d steps=%d at epoch %d iteration %d", world.rank, done,
+                 engine.epoch, engine.iteration)
     else:
-        LOG.info("finished: rank=%d steps=%d epochs=%d..%d", world.rank,
-                 engine.global_step - global_step, start_epoch, engine.epoch - 1)
+        LOG.info("finished: rank=%d steps=%d epochs=%d..%d", world.rank, done, engine.start_epoch,
+                 engine.epoch - 1)
     return engine.last_validation
 
 
-_STOP = {"signal": False}
+def data_root(config, env, world):
+    """The dataset's root: the COCO-format channel, or the VOC tree acquired once per host."""
+    if config.dataset == "coco":
+        return env.require_coco_dir()
+    from detector_training.data.sources import FetchOptions
+    from detector_training.data.voc_fetch import acquire_voc
 
-
-def stop_requested():
-    """A stop was asked for: a signal reached this process, or the launcher wrote the stop file."""
-    path = os.environ.get("FRCNN_STOP_FILE")
-    return _STOP["signal"] or bool(path and os.path.exists(path))
-
-
-def _on_stop_signal(signum, _frame):
-    if not _STOP["signal"]:
-        _STOP["signal"] = True
-        LOG.warning("received signal %d: stopping at the next step boundary", signum)
-
-
-def install_stop_signals():
-    """SIGTERM asks this process to stop at the next step boundary; processes forked from it
-    (data-loader workers) keep the default action."""
-    import signal
-
-    from detector_training.job.signals import install_for_this_process
-
-    install_for_this_process(_on_stop_signal, (signal.SIGTERM,))
-
-
-def materialize_parameters(net, batch, ctx):
-    from mxnet import autograd
-
-    data, label = [(part[0] if isinstance(part, (list, tuple)) else part).as_in_context(ctx)
-                   for part in batch[:2]]
-    with autograd.train_mode():
-        net(data, label[:, :, :4], label[:, :, 4:5])
-
-
-def config_mod_short(config, net):
-    short = config.short if config.short is not None else net.short
-    short = short[-1] if isinstance(short, (list, tuple)) else short
-    max_size = config.max_size if config.max_size is not None else net.max_size
-    return short, max_size
-
-
-def export_symbol(config, classes, params_path, prefix, sizes, proposals):
-    """A symbol/params pair for deployment, from a fresh network in inference mode, with the
-    proposal counts the job trained and validated with."""
-    import mxnet as mx
-
-    from detector_training.families.model import build_network, set_proposal_counts
-
-    net = build_network(config, classes, 1, False, None, mx.cpu())
-    set_proposal_counts(net, *proposals)
-    net.load_parameters(params_path, ctx=mx.cpu(), ignore_extra=True)  # training-only encoders
-    net.hybridize()
-    short, max_size = sizes
-    net(mx.nd.zeros((1, 3, short, min(max_size, int(short * 4 / 3)))))
-    net.export(prefix, epoch=0)
+    return acquire_voc(config, env, world, env.work_dir, FetchOptions.from_environ(env.environ))
 
 
 def load_config(env):
@@ -310,24 +227,28 @@ def load_config(env):
 def job_main(base=None, install_signals=True):
     """One rank of the job in ``base`` (default: $SAGEMAKER_BASE_DIR or /opt/ml)."""
     from detector_training.job.sm_env import Environment, JobPaths, base_dir
+    from detector_training.job.stop import RankStop
 
-    if install_signals:
-        install_stop_signals()
+    env = None
     failure_path = JobPaths(base or base_dir()).failure_file
-    rank = int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
-    setup_logging(rank)
     try:
-        env = Environment.read(base or base_dir())
+        env = Environment.read(base)
+        stop = RankStop(env.stop_file)
+        if install_signals:
+            stop.install()
+        setup_logging(env.rank_hint)
         config = load_config(env)
         _set_engine_threads(config)
         from detector_training.core.distributed import init_distributed
 
-        dist = init_distributed()
+        dist = init_distributed(env.environ)
         setup_logging(dist.world.rank, config.verbose)
-        run_job(config, env, dist)
+        run_job(config, env, dist, stop)
         dist.shutdown()
         return 0
     except BaseException as exc:  # the one top-level handler of a rank
+        if env is None:
+            setup_logging(0)
         return report_failure(exc, failure_path)
 
 
@@ -336,67 +257,3 @@ def engine_cli(argv=None):
     parser.add_argument("--base-dir", default=None, help="the /opt/ml root (default: $SAGEMAKER_BASE_DIR or /opt/ml)")
     args = parser.parse_args(argv)
     sys.exit(job_main(args.base_dir))
-
-
-# CPU-sized defaults for `make run`: the small network, small images, a few minutes on 2 cores.
-RUN_DEFAULTS = {
-    "network": "faster_rcnn_resnet18_v1b_voc",
-    "dataset": "custom",
-    "pretrained_base": "false",
-    "short": "128",
-    "max_size": "200",
-    "batch_size": "2",
-    "epochs": "8",
-    "lr": "0.04",
-    "lr_decay_epoch": "6",
-    "lr_warmup": "20",
-    "lr_base_batch_size": "4",  # as the VOC presets, also for a generated COCO-format dataset
-    "num_workers": "1",
-    "log_interval": "10",
-    "seed": "7",
-}
-
-
-def prepare_run_tree(base, hyperparameters, n_train=48, n_test=24, n_train_2012=24, seed=0):
-    """A SageMaker-style tree with generated data: a VOCdevkit in the 'voc' channel, or for
-    dataset=coco a COCO-format dataset (own categories) in the 'coco' channel."""
-    if str(hyperparameters.get("dataset", "")).strip('"') == "coco":
-        from detector_training.data.synthetic_coco import generate as generate_coco
-
-        channel = os.path.join(base, "input", "data", "coco")
-        if not os.path.isdir(os.path.join(channel, "annotations")):
-            generate_coco(channel, n_train + n_train_2012, n_test, seed=seed)
-    else:
-        from detector_training.data.synthetic_voc import generate
-
-        channel = os.path.join(base, "input", "data", "voc")
-        if not os.path.isdir(os.path.join(channel, "VOCdevkit")):
-            generate(channel, n_train, n_test, n_train_2012, seed=seed)
-    config_dir = os.path.join(base, "input", "config")
-    os.makedirs(config_dir, exist_ok=True)
-    with open(os.path.join(config_dir, "hyperparameters.json"), "w") as handle:
-        json.dump({k: str(v) for k, v in hyperparameters.items()}, handle, indent=1)
-    return base
-
-
-def run_cli(argv=None):
-    parser = argparse.ArgumentParser(
-        description="Generate a small VOC-format dataset and run the training job on it (CPU).")
-    parser.add_argument("--output", default="out/run", help="directory for the job tree")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a hyperparameter (repeatable)")
-    args = parser.parse_args(argv)
-    hyperparameters = dict(RUN_DEFAULTS)
-    for item in args.set:
-        key, _, value = item.partition("=")
-        hyperparameters[key] = value
-    base = os.path.abspath(args.output)
-    prepare_run_tree(base, hyperparameters)
-    code = job_main(base)
-    model_dir = os.path.join(base, "model")
-    if code == 0:
-        print("model directory: %s" % model_dir)
-        print("files: %s" % ", ".join(sorted(os.listdir(model_dir))))
-    else:
-        print("job failed; reason in %s" % os.path.join(base, "output", "failure"))
-    sys.exit(code)

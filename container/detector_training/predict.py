@@ -20,6 +20,7 @@ import warnings
 import zlib
 
 import detector_training.data.archive as archive
+from detector_training.core.files import atomic_write
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -259,14 +260,8 @@ def draw(image_path, detections, out_png):
         ty = y0 - th if y0 - th >= 0 else y0 + lw  # above the box, else just inside it
         canvas.rectangle((x0, ty, x0 + tw - 1, ty + th - 1), fill=colour_for(det["class"]))
         canvas.text((x0 + 2 - left, ty + 2 - top), text, fill=(255, 255, 255), font=font)
-    _save_atomic(out_png, lambda handle: img.save(handle, format="PNG"))
+    atomic_write(out_png, lambda handle: img.save(handle, format="PNG"))
     return len(ordered)
-
-
-def _save_atomic(path, write):
-    from detector_training.core.checkpoint import atomic_write
-
-    atomic_write(path, write)
 
 
 def _one_line(exc):
@@ -307,7 +302,7 @@ def main(argv=None):
         drawn = draw(args.image, detections, args.output)
         if args.json_path:
             payload = json.dumps(detections, indent=1).encode("utf-8")
-            _save_atomic(args.json_path, lambda handle: handle.write(payload))
+            atomic_write(args.json_path, lambda handle: handle.write(payload))
     except PredictError as exc:
         print("detector-predict: error: %s" % exc, file=sys.stderr)
         return 1

@@ -17,53 +17,23 @@ directory (SageMaker's ``*.sagemaker-uploading`` files, temporary directories) i
 """
 
 import json
+import logging
+import math
 import os
 import re
 import shutil
 import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Optional
 
+from detector_training.core.files import atomic_write_text, fsync_dir
 from detector_training.errors import CheckpointError
 
+LOG = logging.getLogger("detector_training")
 POINTER = "latest"
+MODEL_PARAMS = "model.params"
 STATE = "state.json"
 _NAME = re.compile(r"^ckpt-(\d{8,})$")
-
-
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path, write):
-    """Write a file so readers see the old or the new one, never a partial one: ``write(handle)``
-    fills a binary temporary file beside ``path``, which then replaces it (mode 0644)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; model files are read by other users/tools
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
-
-
-def atomic_write_text(path, text):
-    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
 class CheckpointManager:
@@ -100,7 +70,7 @@ class CheckpointManager:
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.rename(tmp, final)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise CheckpointError("could not write checkpoint %s in %s: %s" % (name, self.directory, exc),
@@ -272,3 +242,70 @@ def states_digest(states):
     for key in sorted(states):
         collect(states[key])
     return "%d arrays, sum|x|=%.6e" % (len(arrays), float(sum(arrays)))
+
+
+# --- the training state: what a checkpoint holds and how a job resumes from it -----------------
+
+@dataclass
+class Position:
+    """Where the loop stands: the next epoch and iteration to run, the steps done so far, the
+    best validation mAP and the per-epoch history. Saved in state.json, restored from it."""
+
+    epoch: int = 0
+    iteration: int = 0
+    global_step: int = 0
+    best_map: Optional[float] = None
+    history: list = field(default_factory=list)
+
+    @classmethod
+    def from_state(cls, state):
+        return cls(epoch=int(state["epoch"]), iteration=int(state.get("iteration", 0)),
+                   global_step=int(state["global_step"]), best_map=state.get("best_map"),
+                   history=list(state.get("history") or []))
+
+
+def save_checkpoint(manager, net, trainer, position, config_dict):
+    """A complete, resumable checkpoint numbered by the global step: the network's parameters,
+    the optimizer state (no pickle), the position and the effective configuration."""
+    state = dict(asdict(position), config=config_dict)
+    if state["best_map"] is not None and not math.isfinite(state["best_map"]):
+        state["best_map"] = None
+
+    def write(tmp):
+        net.save_parameters(os.path.join(tmp, MODEL_PARAMS))
+        save_optimizer_state(trainer, tmp)
+
+    path = manager.save(position.global_step, state, write)
+    LOG.info("checkpoint: saved %s (next epoch %d, iteration %d)", path, position.epoch,
+             position.iteration)
+    return path
+
+
+@dataclass
+class Resume:
+    """What the main rank read from the newest complete checkpoint, to be broadcast to the
+    others: the position, the optimizer state (layout, arrays) and where it came from."""
+
+    position: Position
+    optimizer: tuple
+    path: str
+
+
+def load_latest(manager, net, ctx):
+    """Load the newest complete checkpoint's parameters into ``net`` (main rank); its Resume, or
+    None when there is none."""
+    latest = manager.latest()
+    if not latest:
+        return None
+    path, state = latest
+    net.load_parameters(os.path.join(path, MODEL_PARAMS), ctx=ctx)
+    return Resume(Position.from_state(state), read_optimizer_state(path), path)
+
+
+def resume_trainer(resume, trainer):
+    """Give the trainer the saved optimizer state (every rank) and say so in the log."""
+    apply_optimizer_state(trainer, *resume.optimizer)
+    position = resume.position
+    LOG.info("resume: from %s at epoch %d iteration %d (global step %d); optimizer state "
+             "restored: %s", resume.path, position.epoch, position.iteration, position.global_step,
+             optimizer_state_digest(trainer))

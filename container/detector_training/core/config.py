@@ -15,16 +15,20 @@ from typing import Optional, Tuple
 
 from detector_training.errors import ConfigError
 
-# Networks GluonCV's model zoo builds, plus one small network of ours for CPU runs.
-NETWORKS = (
-    "faster_rcnn_resnet50_v1b_voc",
-    "faster_rcnn_resnet101_v1d_voc",
-    "faster_rcnn_resnet50_v1b_coco",
-    "faster_rcnn_resnet101_v1d_coco",
-    "faster_rcnn_fpn_resnet50_v1b_coco",
-    "faster_rcnn_fpn_resnet101_v1d_coco",
-    "faster_rcnn_resnet18_v1b_voc",  # project-defined: ResNet-18 backbone, light heads, CPU-sized
-)
+# Networks by detector family: GluonCV's model zoo names, plus small networks of ours for CPU
+# runs. The family decides how the network is built, fed, stepped and validated (families/).
+FAMILY_NETWORKS = {
+    "faster_rcnn": (
+        "faster_rcnn_resnet50_v1b_voc",
+        "faster_rcnn_resnet101_v1d_voc",
+        "faster_rcnn_resnet50_v1b_coco",
+        "faster_rcnn_resnet101_v1d_coco",
+        "faster_rcnn_fpn_resnet50_v1b_coco",
+        "faster_rcnn_fpn_resnet101_v1d_coco",
+        "faster_rcnn_resnet18_v1b_voc",  # project-defined: ResNet-18 backbone, light heads, CPU-sized
+    ),
+}
+NETWORKS = tuple(n for names in FAMILY_NETWORKS.values() for n in names)
 FPN_NETWORKS = tuple(n for n in NETWORKS if "_fpn_" in n)
 DATASETS = ("voc", "coco", "custom")
 KV_STORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
@@ -42,7 +46,8 @@ COCO_SPLITS = ("instances_train2017",)
 COCO_VAL_SPLITS = ("instances_val2017",)
 
 # GluonCV's train_faster_rcnn.py defaults per dataset. lr_base_batch_size is the global batch
-# the published learning rate was tuned for (VOC: 4 GPUs x 1 image; COCO: 8 x 1).
+# the published learning rate was tuned for (VOC: 4 GPUs x 1 image; COCO: 8 x 1). A family whose
+# published defaults differ adds its own in FAMILY_PRESETS (merged over these).
 PRESETS = {
     "voc": dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
                 lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS),
@@ -51,6 +56,22 @@ PRESETS = {
     "coco": dict(epochs=26, lr=0.01, lr_decay_epoch=(17, 23), lr_warmup=1000, wd=1e-4,
                  lr_base_batch_size=8, train_splits=COCO_SPLITS, val_splits=COCO_VAL_SPLITS),
 }
+FAMILY_PRESETS = {"faster_rcnn": {}}
+
+
+def family_of(network):
+    """The detector family that builds ``network``."""
+    for family, names in FAMILY_NETWORKS.items():
+        if network in names:
+            return family
+    raise KeyError(network)
+
+
+def preset_for(network, dataset):
+    """The defaults a job starts from: the dataset's, then the family's for that dataset."""
+    preset = dict(PRESETS[dataset])
+    preset.update(FAMILY_PRESETS.get(family_of(network), {}).get(dataset, {}))
+    return preset
 
 
 # --- value parsers: raw (str or Python value) -> typed value, ValueError with the expectation ---
@@ -290,18 +311,18 @@ class TrainConfig:
     seed: int = hp(233, _nonneg_int, "Random seed (each rank derives its own).")
     verbose: bool = hp(False, parse_bool, "Log the network and per-iteration details.")
 
+    def __post_init__(self):
+        # Presets are merged once, here: a field the user left unset takes the preset's value,
+        # so every reader sees numbers (config.epochs), never a "look it up later" None.
+        for name, value in preset_for(self.network, self.dataset).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+
     # -- derived values: functions of the config and the world size, never stored --
 
     @property
-    def preset(self):
-        return PRESETS[self.dataset]
-
-    def value(self, name):
-        """The effective value of a field: the user's, else the dataset preset's."""
-        own = getattr(self, name)
-        if own is None and name in self.preset:
-            return self.preset[name]
-        return own
+    def family(self):
+        return family_of(self.network)
 
     def per_rank_batch(self, world_size):
         """Images per rank per step. Raises ConfigError naming the nearest valid sizes."""
@@ -323,11 +344,11 @@ class TrainConfig:
     def effective_lr(self, world_size):
         """Linear scaling rule: lr is given for lr_base_batch_size images; scale to the actual
         global batch (Goyal et al. 2017; gradients are averaged over all ranks by Horovod)."""
-        return self.value("lr") * self.global_batch(world_size) / self.value("lr_base_batch_size")
+        return self.lr * self.global_batch(world_size) / self.lr_base_batch_size
 
     @property
     def warmup_iters(self):
-        return max(0, self.value("lr_warmup"))
+        return max(0, self.lr_warmup)
 
     @property
     def use_fpn(self):
@@ -335,7 +356,7 @@ class TrainConfig:
 
     def resolved(self, world_size):
         """Every effective value, plus the derived ones, as a JSON-able dict (logged and saved)."""
-        values = {f.name: self.value(f.name) for f in dataclasses.fields(self)}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
         values.update(
             world_size=world_size,
@@ -428,19 +449,19 @@ def validate(config):
     if config.dataset == "voc" and config.classes:
         problems.append("classes is only used with dataset=custom or coco (dataset=voc has its 20 "
                         "classes)")
-    if config.dataset == "coco" and len(config.value("val_splits") or ()) > 1:
+    if config.dataset == "coco" and len(config.val_splits or ()) > 1:
         problems.append("val_splits=%s: COCO validation reads one annotation file; name one split"
-                        % ",".join(config.value("val_splits")))
+                        % ",".join(config.val_splits))
     if len(set(config.classes)) != len(config.classes):
         problems.append("classes contains duplicates: %s" % ",".join(config.classes))
-    decay = config.value("lr_decay_epoch")
+    decay = config.lr_decay_epoch
     if list(decay) != sorted(set(decay)):
         problems.append("lr_decay_epoch=%s must be strictly increasing" % ",".join(map(str, decay)))
-    if config.mixup and config.no_mixup_epochs >= config.value("epochs") and config.no_mixup_epochs:
+    if config.mixup and config.no_mixup_epochs >= config.epochs and config.no_mixup_epochs:
         problems.append("mixup=true with no_mixup_epochs=%d >= epochs=%d never mixes; lower "
-                        "no_mixup_epochs" % (config.no_mixup_epochs, config.value("epochs")))
+                        "no_mixup_epochs" % (config.no_mixup_epochs, config.epochs))
     for splits_key in ("train_splits", "val_splits"):
-        splits = config.value(splits_key)
+        splits = getattr(config, splits_key)
         if not splits:
             problems.append("%s must name at least one split" % splits_key)
         elif config.dataset in ("voc", "custom"):

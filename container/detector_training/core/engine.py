@@ -7,17 +7,46 @@ files do so on the main rank only, and say so once (``main_only``); hooks that c
 run on every rank at the same point, since every rank runs the same number of steps.
 """
 
-import json
 import logging
 import math
-import os
 import time
+from dataclasses import dataclass, field
 
-from detector_training.core.checkpoint import save_optimizer_state
-from detector_training.families.step import LOSS_NAMES, METRIC_NAMES, MetricSums
+from detector_training.core.checkpoint import Position, save_checkpoint
 
 LOG = logging.getLogger("detector_training")
-ALL_METRICS = LOSS_NAMES + METRIC_NAMES
+
+
+@dataclass
+class MetricSums:
+    """Running (sum, count) pairs, so ranks can add theirs together before dividing.
+
+    Values may be NDArrays: they are summed on the device and read back only in ``flat`` (at log
+    time), so a step never waits for its metrics to be copied to the host."""
+
+    sums: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
+
+    def add(self, name, total, count):
+        self.sums[name] = self.sums.get(name, 0.0) + total
+        self.counts[name] = self.counts.get(name, 0.0) + count
+
+    def flat(self, names):
+        return [_scalar(self.sums.get(n, 0.0)) for n in names] + \
+            [_scalar(self.counts.get(n, 0.0)) for n in names]
+
+    @staticmethod
+    def values_from_flat(names, flat):
+        k = len(names)
+        return {n: (flat[i] / flat[k + i] if flat[k + i] else float("nan")) for i, n in enumerate(names)}
+
+    def reset(self):
+        self.sums.clear()
+        self.counts.clear()
+
+
+def _scalar(value):
+    return float(value.asscalar()) if hasattr(value, "asscalar") else float(value)
 
 
 class Hook:
@@ -43,10 +72,14 @@ class Hook:
 
 
 class Engine:
-    """Runs epochs ``start_epoch .. epochs-1`` of ``steps`` steps each."""
+    """Runs epochs ``position.epoch .. config.epochs-1`` of ``steps`` steps each.
+
+    ``step(batch, sums)`` is the family's forward/backward (it adds its losses and metrics named
+    in ``loss_names``/``metric_names`` to ``sums``); ``trainer.step(n)`` the optimizer update."""
 
     def __init__(self, *, config, world, dist, net, trainer, step, loader, steps, per_rank_batch,
-                 start_epoch=0, start_iteration=0, global_step=0, hooks=()):
+                 loss_names, metric_names=(), position=None, hooks=()):
+        position = position or Position()
         self.config = config
         self.world = world
         self.dist = dist
@@ -56,19 +89,26 @@ class Engine:
         self.loader = loader
         self.steps = steps
         self.per_rank_batch = per_rank_batch
-        self.epoch = start_epoch
-        self.start_epoch = start_epoch
-        self.global_step = global_step
+        self.loss_names = tuple(loss_names)
+        self.log_names = tuple(loss_names) + tuple(metric_names)
+        self.epoch = self.start_epoch = position.epoch
+        self.global_step = self.start_global_step = position.global_step
         self.iteration = 0
-        self.start_iteration = start_iteration  # > 0 only when resuming a stopped epoch
+        self.start_iteration = position.iteration  # > 0 only when resuming a stopped epoch
         self.stopped = False  # a stop was agreed by all ranks; the loop ends after this step
         self.sums = MetricSums()
         self.hooks = [h for h in hooks if world.is_main or not h.main_only]
         self.completed = False
         self.data_wait = 0.0  # seconds this epoch spent waiting for the loader
-        self.best_map = float("-inf")
-        self.history = []  # one dict per finished epoch: losses, metrics, mAP
+        self.best_map = position.best_map if position.best_map is not None else float("-inf")
+        self.history = list(position.history)  # one dict per finished epoch: losses, metrics, mAP
         self.last_validation = None
+
+    def position(self, next_epoch, next_iteration):
+        """The state a checkpoint taken now resumes from."""
+        return Position(epoch=next_epoch, iteration=next_iteration, global_step=self.global_step,
+                        best_map=self.best_map if math.isfinite(self.best_map) else None,
+                        history=list(self.history))
 
     @staticmethod
     def _sync():
@@ -83,7 +123,7 @@ class Engine:
     def run(self):
         self._call("before_train")
         try:
-            while self.epoch < self.config.value("epochs"):
+            while self.epoch < self.config.epochs:
                 self._call("before_epoch")
                 self.data_wait = 0.0
                 batches = iter(self.loader)
@@ -110,7 +150,7 @@ class Engine:
 
     @property
     def last_epoch(self):
-        return self.epoch == self.config.value("epochs") - 1
+        return self.epoch == self.config.epochs - 1
 
 
 def every(n, epoch, last):
@@ -140,7 +180,7 @@ class EpochSetupHook(Hook):
             return
         import numpy as np
 
-        if engine.epoch >= engine.config.value("epochs") - engine.config.no_mixup_epochs:
+        if engine.epoch >= engine.config.epochs - engine.config.no_mixup_epochs:
             self.mixup.set_mixup(None)
             engine.step.mix_ratio = 1.0
         else:
@@ -149,8 +189,8 @@ class EpochSetupHook(Hook):
             engine.step.mix_ratio = 0.5
 
 
-def format_metrics(values):
-    return " ".join("%s=%.5f" % (k, values[k]) for k in ALL_METRICS if k in values)
+def format_metrics(values, names):
+    return " ".join("%s=%.5f" % (k, values[k]) for k in names if k in values)
 
 
 class MetricLogHook(Hook):
@@ -171,19 +211,19 @@ class MetricLogHook(Hook):
     def after_step(self, engine):
         self.window_steps += 1
         if (engine.iteration + 1) % engine.config.log_interval == 0:
-            totals = engine.dist.allreduce_sum(engine.sums.flat(ALL_METRICS))
-            values = MetricSums.values_from_flat(ALL_METRICS, totals)
+            totals = engine.dist.allreduce_sum(engine.sums.flat(engine.log_names))
+            values = MetricSums.values_from_flat(engine.log_names, totals)
             elapsed = max(time.time() - self.window_start, 1e-9)
             speed = self.window_steps * engine.per_rank_batch * engine.world.size / elapsed
             if engine.world.is_main:
                 LOG.info("[Epoch %d][Batch %d/%d] lr=%.6f speed=%.3f samples/s %s", engine.epoch,
                          engine.iteration, engine.steps, engine.trainer.learning_rate, speed,
-                         format_metrics(values))
+                         format_metrics(values, engine.log_names))
             self.window_start, self.window_steps = time.time(), 0
 
     def after_epoch(self, engine):
-        totals = engine.dist.allreduce_sum(engine.sums.flat(ALL_METRICS))
-        values = MetricSums.values_from_flat(ALL_METRICS, totals)
+        totals = engine.dist.allreduce_sum(engine.sums.flat(engine.log_names))
+        values = MetricSums.values_from_flat(engine.log_names, totals)
         elapsed = max(time.time() - self.epoch_start, 1e-9)
         speed = engine.steps * engine.per_rank_batch * engine.world.size / elapsed
         data_wait = 100.0 * engine.data_wait / elapsed
@@ -193,8 +233,8 @@ class MetricLogHook(Hook):
         if engine.world.is_main:
             LOG.info("[Epoch %d] summary: time=%.1fs speed=%.3f samples/s data_wait=%.1f%% lr=%.6f %s",
                      engine.epoch, elapsed, speed, data_wait, engine.trainer.learning_rate,
-                     format_metrics(values))
-        bad = [k for k in LOSS_NAMES if k in values and not math.isfinite(values[k])]
+                     format_metrics(values, engine.log_names))
+        bad = [k for k in engine.loss_names if k in values and not math.isfinite(values[k])]
         if bad:
             from detector_training.errors import JobError
 
@@ -240,22 +280,8 @@ class CheckpointHook(Hook):
         self.config_dict = config_dict
 
     def save(self, engine, next_epoch, next_iteration):
-        state = {
-            "epoch": next_epoch,
-            "iteration": next_iteration,
-            "global_step": engine.global_step,
-            "best_map": engine.best_map if math.isfinite(engine.best_map) else None,
-            "history": engine.history,
-            "config": self.config_dict,
-        }
-
-        def write(tmp):
-            engine.net.save_parameters(os.path.join(tmp, "model.params"))
-            save_optimizer_state(engine.trainer, tmp)
-
-        path = self.manager.save(engine.global_step, state, write)
-        LOG.info("checkpoint: saved %s (next epoch %d, iteration %d)", path, next_epoch, next_iteration)
-        return path
+        return save_checkpoint(self.manager, engine.net, engine.trainer,
+                               engine.position(next_epoch, next_iteration), self.config_dict)
 
     def after_epoch(self, engine):
         if every(engine.config.save_interval, engine.epoch, engine.last_epoch):
@@ -301,9 +327,3 @@ class FinalModelHook(Hook):
     def after_train(self, engine):
         if engine.completed:
             self.write_final_fn(engine)
-
-
-def dump_json(path, value):
-    from detector_training.core.checkpoint import atomic_write_text
-
-    atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True, default=str) + "\n")

@@ -1,8 +1,9 @@
 """Validation computed by all ranks together.
 
-Each rank runs the detector on its slice of the validation set; the raw detections are
-allgathered (one collective, reached by every rank), put back in dataset order and fed to a fresh
-GluonCV metric on every rank, so every rank ends with the same mAP and no rank waits alone.
+Each rank runs the detector on its slice of the validation set (the family's ``detect``); the raw
+detections are allgathered (one collective, reached by every rank), put back in dataset order and
+fed to a fresh GluonCV metric on every rank (the family's ``evaluate``; box detectors use
+``score_boxes``), so every rank ends with the same mAP and no rank waits alone.
 """
 
 import contextlib
@@ -24,8 +25,8 @@ def make_metric(config, datasets, save_prefix):
     return VOC07MApMetric(iou_thresh=0.5, class_names=list(datasets.classes))
 
 
-def detect_shard(net, loader, indices, ctx):
-    """[(dataset index, det_bboxes, det_ids, det_scores, gt_bboxes, gt_ids, gt_difficult)]."""
+def detect_boxes(net, loader, indices, ctx):
+    """A box detector's results on its validation shard: [(dataset index, det_bboxes, det_ids, det_scores, gt_bboxes, gt_ids, gt_difficult)]."""
     import mxnet as mx
     from gluoncv.nn.bbox import BBoxClipToImage
 
@@ -97,11 +98,20 @@ def _fraction(value):
     return 0.0 if math.isnan(value) or value < 0 else value
 
 
-def validate(net, loader, indices, ctx, metric, dist, coco=False):
-    """Run the shard, allgather, combine. Returns {'mAP', 'AP50', 'per_class', 'images'}."""
-    local = detect_shard(net, loader, indices, ctx)
+def score_boxes(config, datasets, gathered, scratch_dir):
+    """Every rank's box detections scored with a fresh metric: VOC07 mAP, or COCO's for coco."""
+    import os
+
+    metric = make_metric(config, datasets, os.path.join(scratch_dir, "boxes"))
+    return combine(metric, gathered, coco=config.dataset == "coco")
+
+
+def validate(family, net, loader, indices, ctx, dist, config, datasets, scratch_dir):
+    """Each rank detects its shard, the detections are allgathered (one collective, reached by
+    every rank), and every rank scores them all. Returns {'mAP', 'AP50', 'per_class', 'images',
+    ...the family's extra scores}."""
+    local = family.detect(net, loader, indices, ctx)
     gathered = dist.allgather_object(local, "detections")
-    metric.reset()
-    result = combine(metric, gathered, coco)
+    result = family.evaluate(config, datasets, gathered, scratch_dir)
     result["images"] = sum(len(r) for r in gathered)
     return result

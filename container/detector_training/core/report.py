@@ -16,27 +16,31 @@ import io
 import math
 import os
 
+from detector_training.core.files import atomic_write
+
 LOSS_KEYS = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss")
 CURVES_FILE = "training_curves.png"
 TABLE_MD_FILE = "per_class_ap.md"
 TABLE_CSV_FILE = "per_class_ap.csv"
-LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown", "tab:pink",
+                "tab:olive", "tab:cyan")
 MAP_COLOUR = "tab:purple"  # used by nothing else in the figure
 
 
-def write_report(model_dir, history, validation, classes):
+def write_report(model_dir, history, validation, classes, loss_names=LOSS_KEYS):
     """Write the curves PNG and the per-class AP table (Markdown and CSV) into ``model_dir``.
 
     ``history``: list of per-epoch dicts (``epoch``, the four losses, ``mAP`` on validated
     epochs); ``validation``: ``{"mAP", "per_class": {name: AP}, "images", "epoch"}`` or None;
-    ``classes``: the class names in training order. Returns the paths written.
+    ``classes``: the class names in training order; ``loss_names``: the family's losses, drawn
+    in that order. Returns the paths written.
     """
     os.makedirs(model_dir, exist_ok=True)
     history = list(history or [])
     classes = list(classes or [])
     rows = _ap_rows(validation, classes)
     paths = [os.path.join(model_dir, name) for name in (CURVES_FILE, TABLE_MD_FILE, TABLE_CSV_FILE)]
-    _atomic_write(paths[0], _curves_png(history))
+    _atomic_write(paths[0], _curves_png(history, loss_names))
     _atomic_write(paths[1], _markdown(rows, validation).encode("utf-8"))
     _atomic_write(paths[2], _csv(rows, validation).encode("utf-8"))
     return paths
@@ -90,7 +94,7 @@ def _csv(rows, validation):
     return out.getvalue()
 
 
-def _curves_png(history):
+def _curves_png(history, loss_names=LOSS_KEYS):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,7 +104,7 @@ def _curves_png(history):
     epochs = [entry.get("epoch", index) for index, entry in enumerate(history)]
     fig = Figure(figsize=(10, 4), dpi=100)
     losses, maps = fig.subplots(1, 2)
-    for key, colour in zip(LOSS_KEYS, LOSS_COLOURS):
+    for key, colour in zip(loss_names, LOSS_COLOURS):
         values = [_number(entry.get(key)) for entry in history]
         values = [float("nan") if v is None else v for v in values]
         losses.plot(epochs, values, marker="o", label=key, color=colour)
@@ -135,6 +139,4 @@ def _curves_png(history):
 
 
 def _atomic_write(path, data):
-    from detector_training.core.checkpoint import atomic_write
-
     atomic_write(path, lambda handle: handle.write(data))

@@ -7,12 +7,12 @@ Schedule, as GluonCV's Faster R-CNN script: linear warm-up from ``lr * lr_warmup
 """
 
 from detector_training.errors import ConfigError
-from detector_training.families.model import apply_no_wd
+from detector_training.core.networks import apply_no_wd
 
 
 def lr_at(config, base_lr, epoch, global_step):
     """Learning rate for iteration ``global_step`` (0-based, counted over the whole job) in ``epoch``."""
-    decays = sum(1 for boundary in config.value("lr_decay_epoch") if epoch >= boundary)
+    decays = sum(1 for boundary in config.lr_decay_epoch if epoch >= boundary)
     lr = base_lr * (config.lr_decay ** decays)
     warmup = config.warmup_iters
     if warmup and global_step < warmup:
@@ -22,7 +22,7 @@ def lr_at(config, base_lr, epoch, global_step):
 
 
 def optimizer_params(config, base_lr):
-    params = {"learning_rate": base_lr, "wd": config.value("wd"), "momentum": config.momentum}
+    params = {"learning_rate": base_lr, "wd": config.wd, "momentum": config.momentum}
     if config.clip_gradient > 0:
         params["clip_gradient"] = config.clip_gradient
     return params

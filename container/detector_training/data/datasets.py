@@ -226,8 +226,8 @@ def build_datasets(config, data_root):
     """Training and validation datasets for the configured dataset kind."""
     if config.dataset == "coco":
         return _coco_datasets(config, data_root)
-    train_splits = voc_splits(config.value("train_splits"))
-    val_splits = voc_splits(config.value("val_splits"))
+    train_splits = voc_splits(config.train_splits)
+    val_splits = voc_splits(config.val_splits)
     years = sorted({y for y, _ in train_splits + val_splits})
     devkit = find_devkit(data_root, years)
     _check_split_files(devkit, train_splits + val_splits)
@@ -248,7 +248,7 @@ def _coco_datasets(config, data_root):
     categories; every validation image, in id order, as GluonCV's COCO metric expects."""
     from detector_training.data.coco_format import coco_dataset_class, find_coco_root
 
-    train_splits, val_splits = list(config.value("train_splits")), list(config.value("val_splits"))
+    train_splits, val_splits = list(config.train_splits), list(config.val_splits)
     root = find_coco_root(data_root, train_splits[0])
     cls = coco_dataset_class()
     train = cls(root, train_splits, config.classes, use_crowd=False)
@@ -264,19 +264,12 @@ def _coco_datasets(config, data_root):
                     val_aspect_ratios=list(val.get_im_aspect_ratio()))
 
 
-def image_sizes(config, net):
-    """(train short sides, val short side, max size): the config's, else the network's."""
-    short = config.short if config.short is not None else net.short
-    short = tuple(short) if isinstance(short, (list, tuple)) else (short,)
-    max_size = config.max_size if config.max_size is not None else net.max_size
-    return short, short[-1], max_size
-
-
-def build_train_loader(config, net, datasets, world, per_rank_batch, steps, num_workers=None):
-    """The training loader of this rank and the handles the engine needs each epoch."""
+def shard_loader(config, datasets, world, per_rank_batch, steps, transform, batchify,
+                 num_workers):
+    """This rank's training loader: its shard of the training set through the equal-steps
+    sampler, ``transform`` per sample (a family's train transform), ``batchify`` per batch; mixup
+    around the dataset when configured. Returns the handles the engine needs each epoch."""
     import mxnet as mx
-    from gluoncv.data.batchify import FasterRCNNTrainBatchify
-    from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultTrainTransform
 
     dataset = datasets.train
     mixup = None
@@ -284,31 +277,22 @@ def build_train_loader(config, net, datasets, world, per_rank_batch, steps, num_
         from gluoncv.data.mixup.detection import MixupDetection
 
         dataset = mixup = MixupDetection(dataset)
-    short, _, max_size = image_sizes(config, net)
-    transform = FasterRCNNDefaultTrainTransform(
-        short if len(short) > 1 else short[0], max_size, net, ashape=net.ashape,
-        multi_stage=config.use_fpn)
     sampler = EqualStepsBatchSampler(datasets.aspect_ratios, per_rank_batch, world.size,
                                      world.rank, steps, seed=config.seed)
     transformed = dataset.transform(transform)
-    batchify = FasterRCNNTrainBatchify(net, 1)
-    loader = mx.gluon.data.DataLoader(
-        transformed, batch_sampler=sampler, batchify_fn=batchify,
-        num_workers=config.num_workers if num_workers is None else num_workers)
+    loader = mx.gluon.data.DataLoader(transformed, batch_sampler=sampler, batchify_fn=batchify,
+                                      num_workers=num_workers)
     return TrainData(loader, sampler, mixup, lambda: batchify(
         [transformed[i % len(transformed)] for i in range(per_rank_batch)]))
 
 
-def build_val_loader(config, net, datasets, world, num_workers=None):
-    """This rank's slice of the validation set (every size-th image), one image per batch."""
+def val_shard_loader(datasets, world, transform, batchify, num_workers):
+    """This rank's slice of the validation set (every size-th image), one image per batch, and
+    the dataset indices of that slice."""
     import mxnet as mx
-    from gluoncv.data.batchify import Append, Tuple
-    from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultValTransform
 
-    _, val_short, max_size = image_sizes(config, net)
     indices = list(range(world.rank, len(datasets.val), world.size))
     return mx.gluon.data.DataLoader(
-        datasets.val.transform(FasterRCNNDefaultValTransform(val_short, max_size)),
+        datasets.val.transform(transform),
         batch_sampler=mx.gluon.data.BatchSampler(IndexSampler(indices), 1, "keep"),
-        batchify_fn=Tuple(*[Append() for _ in range(3)]),
-        num_workers=config.num_workers if num_workers is None else num_workers), indices
+        batchify_fn=batchify, num_workers=num_workers), indices

@@ -10,7 +10,7 @@ import os
 import socket
 import time
 
-from detector_training.core.checkpoint import atomic_write_text
+from detector_training.core.files import write_json
 from detector_training.errors import FAILURE_LIMIT, DataError, JobError, shorten
 
 LOG = logging.getLogger("detector_training")
@@ -57,7 +57,7 @@ def read_marker(root):
 
 def write_marker(root, **fields):
     payload = dict(fields, format=MARKER_FORMAT, time=time.time(), host=socket.gethostname())
-    atomic_write_text(os.path.join(root, MARKER_NAME), json.dumps(payload, indent=1, sort_keys=True))
+    write_json(os.path.join(root, MARKER_NAME), payload)
 
 
 def remove_marker(root):

@@ -424,7 +424,7 @@ def acquire_voc(config, env, world, work_dir, options=None):
     root = os.path.join(os.path.abspath(work_dir), DATA_DIR_NAME)
     key = data_key(specs, planned)
     expected = expected_content(s.name for s in specs)
-    launch = host_once.launch_token()
+    launch = host_once.launch_token(env.environ)
     os.makedirs(work_dir, exist_ok=True)
     if not world.is_local_main:
         def ready(marker):

@@ -25,14 +25,13 @@ from dataclasses import dataclass
 
 from detector_training.errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
 from detector_training.main import load_config, report_failure, setup_logging, write_failure
-from detector_training.job.signals import install_for_this_process
+from detector_training.job.sm_env import ENV_STOP_FILE, ENV_WORK_DIR
+from detector_training.job.stop import StopSignal, clear_stale_request
 
 LOG = logging.getLogger("detector_training")
 
 STOP_GRACE_S = 100
 STATUS_FILE = "/tmp/done"  # the toolkit's convention: /tmp/done.<leader>
-ENV_STOP_FILE = "FRCNN_STOP_FILE"
-ENV_WORK_DIR = "FRCNN_WORK_DIR"
 # Environment the ranks need from the launcher (names only: values never appear in argv).
 FORWARDED_ENV_PREFIXES = ("SAGEMAKER_", "SM_", "FRCNN_", "AWS_", "MXNET_", "NCCL_", "HOROVOD_",
                           "OMP_", "PYTHON", "GLUON", "LD_LIBRARY_PATH", "PATH", "HOME")
@@ -133,39 +132,6 @@ def toolkit_gethostname_preload():
     return gethostname.__file__
 
 
-class StopSignal:
-    """SIGTERM/SIGINT: record the time and create the host's stop file for the ranks."""
-
-    def __init__(self, stop_file):
-        self.stop_file = stop_file
-        self.since = None
-
-    def install(self):
-        """In this process only: with world size 1 the job runs here, and its forked data-loader
-        workers must keep the default action (see signals.install_for_this_process)."""
-        install_for_this_process(self._handle, (signal.SIGTERM, signal.SIGINT))
-
-    def _handle(self, signum, _frame):
-        if self.since is None:
-            self.since = time.time()
-            LOG.warning("received signal %d: asking the ranks to checkpoint and stop", signum)
-            request_stop(self.stop_file)
-
-
-def request_stop(stop_file):
-    os.makedirs(os.path.dirname(stop_file), exist_ok=True)
-    with open(stop_file, "w") as handle:
-        handle.write("stop\n")
-
-
-def stop_file_path(paths):
-    return os.environ.get(ENV_STOP_FILE) or os.path.join(work_dir(paths), "stop-requested")
-
-
-def work_dir(paths):
-    return os.environ.get(ENV_WORK_DIR) or paths.work_dir
-
-
 def run_leader(plan, env, stop, custom_mpi_options):
     if len(plan.hosts) > 1:
         from sagemaker_training import mpi
@@ -254,15 +220,15 @@ def main(argv=None):
         plan = make_plan(env, gpus)
         config.per_rank_batch(plan.world_size)  # batch/world mismatch, before anything starts
         limit = raise_open_file_limit()
-        os.environ.setdefault(ENV_WORK_DIR, work_dir(env.paths))
-        os.environ[ENV_STOP_FILE] = stop_file_path(env.paths)
-        if os.path.exists(os.environ[ENV_STOP_FILE]):
-            os.remove(os.environ[ENV_STOP_FILE])  # a stale request from an earlier run
+        # What the ranks read into their job snapshot (names only reach mpirun's command line).
+        os.environ.setdefault(ENV_WORK_DIR, env.work_dir)
+        os.environ[ENV_STOP_FILE] = env.stop_file
+        clear_stale_request(env.stop_file)
         os.environ.setdefault("SAGEMAKER_BASE_DIR", env.paths.base)
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
         # Tells ranks of this launch apart from an earlier one (data fetch completion markers).
         os.environ["FRCNN_LAUNCH_ID"] = uuid.uuid4().hex
-        stop = StopSignal(os.environ[ENV_STOP_FILE])
+        stop = StopSignal(env.stop_file)
         stop.install()
         LOG.info("job: hosts=%s current=%s processes_per_host=%d world=%d gpus=%d open_files=%d",
                  ",".join(plan.hosts), plan.current_host, plan.processes_per_host, plan.world_size,

@@ -1,6 +1,6 @@
 """The one source of SageMaker metric definitions (regexes over the job log).
 
-The engine writes these lines (engine.py); the launcher passes ``METRIC_DEFINITIONS`` to the
+The engine writes these lines (core/engine.py); the launcher passes ``METRIC_DEFINITIONS`` to the
 Estimator. The regexes match with or without mpirun's ``[1,0]<stdout>:`` prefix since they are
 not anchored. Training metrics come from the per-epoch summary line (one point per epoch, global
 over all ranks); ``validation:mAP`` is the tuning objective: VOC07 mAP at IoU 0.5 for voc and
@@ -9,8 +9,14 @@ IoU 0.5 (for VOC the same number as the mAP).
 """
 
 _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
-_TRAIN = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
-          "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1")
+# Each family's losses and metrics as its summary line names them (families/<family>.py's
+# loss_names + metric_names; a test keeps the two equal). Kept here as plain names so that this
+# module stays importable without mxnet (the launcher side imports it).
+TRAIN_METRICS = {
+    "faster_rcnn": ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
+                    "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1"),
+}
+_TRAIN = tuple(dict.fromkeys(n for names in TRAIN_METRICS.values() for n in names))
 
 METRIC_DEFINITIONS = (
     [{"Name": "train:%s" % name, "Regex": r"\] summary: .* %s=%s" % (name, _NUMBER)} for name in _TRAIN]

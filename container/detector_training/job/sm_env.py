@@ -1,4 +1,6 @@
-"""The SageMaker job as a read-only snapshot of ``/opt/ml`` (or ``$SAGEMAKER_BASE_DIR``).
+"""The SageMaker job as a read-only snapshot of ``/opt/ml`` (or ``$SAGEMAKER_BASE_DIR``) and of
+the process environment, read once: the rest of the package takes its paths, channels, rank hint,
+stop file, launch id and fetch settings from this object, never from ``os.environ``.
 
 Reading is all this module does: it creates nothing and runs nothing at import time.
 """
@@ -9,6 +11,8 @@ from dataclasses import dataclass, field
 
 from detector_training.errors import ConfigError, DataError
 
+ENV_STOP_FILE = "FRCNN_STOP_FILE"
+ENV_WORK_DIR = "FRCNN_WORK_DIR"
 DATA_CHANNELS = ("voc", "train", "training")  # 'training' is what fit("s3://...") names it
 COCO_CHANNELS = ("coco", "train", "training")
 
@@ -80,11 +84,13 @@ class Environment:
     input_data_config: dict = field(default_factory=dict)
     resource_config: dict = field(default_factory=dict)
     checkpoint_config: dict = field(default_factory=dict)
-    baked_pretrained_dir: str = ""  # weights baked into the image ($FRCNN_PRETRAINED_DIR)
+    environ: dict = field(default_factory=dict)  # the process environment when the job was read
 
     @classmethod
-    def read(cls, base):
-        paths = JobPaths(base)
+    def read(cls, base=None, environ=None):
+        """The job under ``base`` (default: $SAGEMAKER_BASE_DIR, else /opt/ml)."""
+        environ = dict(os.environ if environ is None else environ)
+        paths = JobPaths(base or base_dir(environ))
         hps = _read_json(os.path.join(paths.config_dir, "hyperparameters.json"), {})
         if not isinstance(hps, dict):
             raise ConfigError("hyperparameters.json must hold a JSON object.",
@@ -95,8 +101,34 @@ class Environment:
             input_data_config=_read_json(os.path.join(paths.config_dir, "inputdataconfig.json"), {}),
             resource_config=_read_json(os.path.join(paths.config_dir, "resourceconfig.json"), {}),
             checkpoint_config=_read_json(os.path.join(paths.config_dir, "checkpointconfig.json"), {}),
-            baked_pretrained_dir=os.environ.get("FRCNN_PRETRAINED_DIR", ""),
+            environ=environ,
         )
+
+    @property
+    def baked_pretrained_dir(self):
+        """Weights baked into the image ($FRCNN_PRETRAINED_DIR)."""
+        return self.environ.get("FRCNN_PRETRAINED_DIR", "")
+
+    @property
+    def work_dir(self):
+        """Scratch for fetched data: $FRCNN_WORK_DIR (set by the launcher), else /opt/ml/work."""
+        return self.environ.get(ENV_WORK_DIR) or self.paths.work_dir
+
+    @property
+    def stop_file(self):
+        """The host's stop file: $FRCNN_STOP_FILE (set by the launcher), else in the work dir."""
+        from detector_training.job.stop import STOP_FILE_NAME
+
+        return self.environ.get(ENV_STOP_FILE) or os.path.join(self.work_dir, STOP_FILE_NAME)
+
+    @property
+    def rank_hint(self):
+        """This process's rank as the MPI launcher announced it (for log lines before Horovod
+        starts); 0 outside mpirun."""
+        for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+            if self.environ.get(var, "").isdigit():
+                return int(self.environ[var])
+        return 0
 
     @property
     def pretrained_dirs(self):

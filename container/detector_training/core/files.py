@@ -1,0 +1,64 @@
+"""Files that readers never see half-written: the package's one atomic-write helper.
+
+Everything the job leaves behind (checkpoint pointers, the model directory, the report, the
+data-fetch completion marker, prediction pictures) goes through :func:`atomic_write`: the bytes
+are written to a temporary file beside the target, flushed to disk and renamed over it.
+"""
+
+import json
+import os
+import tempfile
+
+
+def fsync_dir(path):
+    """Make a rename inside ``path`` durable (best effort: some filesystems refuse)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_save(path, save):
+    """Create ``path`` so readers see the old file or the new one, never a partial one:
+    ``save(tmp_path)`` writes a temporary file beside ``path`` (by name, as MXNet's
+    ``save_parameters`` does), which is flushed to disk and renamed over ``path`` (mode 0644)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    os.close(fd)
+    try:
+        save(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; model files are read by other users/tools
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def atomic_write(path, write):
+    """:func:`atomic_save` for a writer of an open binary handle: ``write(handle)``."""
+
+    def save(tmp):
+        with open(tmp, "wb") as handle:
+            write(handle)
+
+    atomic_save(path, save)
+
+
+def atomic_write_text(path, text):
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def write_json(path, value):
+    """``value`` as indented, key-sorted JSON (anything else JSON cannot encode as its str)."""
+    atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True, default=str) + "\n")

@@ -1,0 +1,284 @@
+"""The Faster R-CNN family: GluonCV's ``faster_rcnn_*`` networks (C4 and FPN) and a small
+ResNet-18 one of ours for CPU runs.
+
+Training uses GluonCV's FasterRCNNDefaultTrainTransform (with the RPN target generator) and
+FasterRCNNTrainBatchify; the step computes the RPN and R-CNN losses and accuracies as GluonCV's
+train_faster_rcnn.py; validation detects boxes and scores them with VOC07 mAP or COCO's metric.
+Small images get RPN proposal counts capped at the anchors they have (``fit_to_data``).
+"""
+
+import logging
+
+from detector_training.core.evaluation import detect_boxes, score_boxes
+from detector_training.core.networks import build_zoo_network
+from detector_training.data.datasets import shard_loader, val_shard_loader
+from detector_training.errors import ConfigError
+from detector_training.families.base import DetectorFamily
+
+LOG = logging.getLogger(__name__)
+
+LOSS_NAMES = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss")
+METRIC_NAMES = ("rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1")
+
+
+class FasterRCNN(DetectorFamily):
+    name = "faster_rcnn"
+    loss_names = LOSS_NAMES
+    metric_names = METRIC_NAMES
+
+    def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
+        return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
+                                 own_networks=OWN_NETWORKS, per_device_batch_size=per_rank_batch)
+
+    def fit_to_data(self, net, config, datasets):
+        train_post, test_post = fit_proposals_to_images(net, config, datasets)
+        return {"rpn_post_nms": [train_post, test_post]}
+
+    def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
+        from gluoncv.data.batchify import FasterRCNNTrainBatchify
+        from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultTrainTransform
+
+        short, _, max_size = self.image_sizes(config, net)
+        transform = FasterRCNNDefaultTrainTransform(
+            short if len(short) > 1 else short[0], max_size, net, ashape=net.ashape,
+            multi_stage=config.use_fpn)
+        return shard_loader(config, datasets, world, per_rank_batch, steps, transform,
+                            FasterRCNNTrainBatchify(net, 1), num_workers)
+
+    def val_loader(self, config, net, datasets, world, num_workers):
+        from gluoncv.data.batchify import Append, Tuple
+        from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultValTransform
+
+        _, val_short, max_size = self.image_sizes(config, net)
+        return val_shard_loader(datasets, world, FasterRCNNDefaultValTransform(val_short, max_size),
+                                Tuple(*[Append() for _ in range(3)]), num_workers)
+
+    def materialize(self, net, batch, ctx):
+        from mxnet import autograd
+
+        data, label = [(part[0] if isinstance(part, (list, tuple)) else part).as_in_context(ctx)
+                       for part in batch[:2]]
+        with autograd.train_mode():
+            net(data, label[:, :, :4], label[:, :, 4:5])
+
+    def make_step(self, net, config, ctx, amp_trainer=None):
+        return FasterRCNNStep(net, config, ctx, amp_trainer=amp_trainer)
+
+    def detect(self, net, loader, indices, ctx):
+        return detect_boxes(net, loader, indices, ctx)
+
+    def evaluate(self, config, datasets, gathered, scratch_dir):
+        return score_boxes(config, datasets, gathered, scratch_dir)
+
+    def export(self, config, classes, params_path, prefix, fitted):
+        """A symbol/params pair for deployment, from a fresh network in inference mode, with the
+        proposal counts the job trained and validated with."""
+        import mxnet as mx
+
+        net = self.build_network(config, classes, 1, False, None, mx.cpu())
+        set_proposal_counts(net, *fitted["rpn_post_nms"])
+        net.load_parameters(params_path, ctx=mx.cpu(), ignore_extra=True)  # training-only encoders
+        net.hybridize()
+        _, short, max_size = self.image_sizes(config, net)
+        net(mx.nd.zeros((1, 3, short, min(max_size, int(short * 4 / 3)))))
+        net.export(prefix, epoch=0)
+
+
+def faster_rcnn_resnet18_v1b_voc(pretrained_base=True, per_device_batch_size=1, **kwargs):
+    """A small Faster R-CNN of ours (not in GluonCV's zoo): ResNet-18 v1b C4 backbone, 7x7 RoIAlign
+    and 64 sampled RoIs, so CPU jobs and tests train in minutes. Same detector code as the others."""
+    from gluoncv.model_zoo.rcnn.faster_rcnn.faster_rcnn import get_faster_rcnn
+    from gluoncv.model_zoo.resnetv1b import resnet18_v1b
+    from gluoncv.data import VOCDetection
+    from mxnet.gluon import nn
+
+    # With ImageNet weights BatchNorm stays frozen, as in GluonCV's networks; from scratch it
+    # must learn its statistics, or the backbone is an unnormalised deep net.
+    base = resnet18_v1b(pretrained=pretrained_base, dilated=False,
+                        use_global_stats=bool(pretrained_base))
+    features, top_features = nn.HybridSequential(), nn.HybridSequential()
+    for layer in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3"):
+        features.add(getattr(base, layer))
+    top_features.add(base.layer4)
+    return get_faster_rcnn(
+        name="resnet18_v1b", dataset="voc", pretrained=False, features=features,
+        top_features=top_features, classes=VOCDetection.CLASSES, short=600, max_size=1000,
+        train_patterns="|".join([".*dense", ".*rpn", ".*down(2|3|4)_conv", ".*layers(2|3|4)_conv"])
+        if pretrained_base else None,
+        nms_thresh=0.3, nms_topk=400, post_nms=100, roi_mode="align", roi_size=(7, 7), strides=16,
+        clip=None, rpn_channel=256, base_size=16, scales=(2, 4, 8, 16, 32), ratios=(0.5, 1, 2),
+        alloc_size=(128, 128), rpn_nms_thresh=0.7, rpn_train_pre_nms=3000, rpn_train_post_nms=500,
+        rpn_test_pre_nms=1500, rpn_test_post_nms=200, rpn_min_size=16,
+        per_device_batch_size=per_device_batch_size, num_sample=64, pos_iou_thresh=0.5,
+        pos_ratio=0.25, max_num_gt=100, **kwargs)
+
+
+OWN_NETWORKS = {"faster_rcnn_resnet18_v1b_voc": faster_rcnn_resnet18_v1b_voc}
+
+
+# --- region proposals for the image sizes of the job ------------------------------------------
+
+def resized_shape(width, height, short, max_size):
+    """(height, width) after GluonCV's resize_short_within(short, max_size)."""
+    small, large = min(width, height), max(width, height)
+    scale = float(short) / small
+    if round(scale * large) > max_size:
+        scale = float(max_size) / large
+    return int(round(height * scale)), int(round(width * scale))
+
+
+def anchor_counter(net):
+    """(height, width) -> number of RPN anchors the network has for an image of that size, from
+    its feature symbol's inferred shapes (no computation)."""
+    import mxnet as mx
+
+    features = net.features(mx.sym.var("data"))
+    features = list(features) if isinstance(features, (list, tuple)) else [features]
+    generators = net.rpn.anchor_generator
+    generators = list(generators) if isinstance(generators, mx.gluon.nn.HybridSequential) \
+        else [generators]
+    depths = [g.num_depth for g in generators]
+    # FPN: the RPN uses the first len(generators) feature maps (P2..P6).
+    symbol = mx.sym.Group(features[:len(depths)])
+    cache = {}
+
+    def count(shape):
+        if shape not in cache:
+            _, out_shapes, _ = symbol.infer_shape(data=(1, 3) + tuple(shape))
+            cache[shape] = sum(d * s[2] * s[3] for d, s in zip(depths, out_shapes))
+        return cache[shape]
+
+    return count
+
+
+def smallest_images(aspect_ratios, short, max_size, keep=3):
+    """The few resized (height, width) shapes of smallest area for these width/height ratios."""
+    shapes = {resized_shape(1000.0 * r, 1000.0, short, max_size) for r in set(aspect_ratios or [1.0])}
+    return sorted(shapes, key=lambda hw: (hw[0] * hw[1], hw))[:keep]
+
+
+def fewest_anchors(count, aspect_ratios, short, max_size):
+    """(anchors, (height, width)) of the image with the fewest anchors at this size."""
+    return min((count(hw), hw) for hw in smallest_images(aspect_ratios, short, max_size))
+
+
+def fit_proposals_to_images(net, config, datasets):
+    """Cap the RPN's fixed post-NMS proposal counts at the anchors the job's smallest images have.
+
+    GluonCV's networks keep a fixed number of proposals (e.g. 2000 in training, 300 in testing)
+    and MXNet fails deep inside when an image has fewer anchors ("Invalid end for end=2000 as
+    axis_size is 720"). Small images therefore get counts capped at what the smallest training and
+    validation images (given the datasets' aspect ratios) have; the cap is logged. When training
+    images are too small even for the RoIs the network samples per image, a ConfigError names
+    short/max_size and the smallest size that works. Returns the capped (train, test) counts.
+    """
+    train_shorts, val_short, max_size = FasterRCNN().image_sizes(config, net)
+    count = anchor_counter(net)
+    train_anchors, train_hw = fewest_anchors(count, datasets.aspect_ratios, min(train_shorts), max_size)
+    val_anchors, val_hw = fewest_anchors(count, datasets.val_aspect_ratios or datasets.aspect_ratios,
+                                         val_short, max_size)
+    rpn, needed = net.rpn, int(net._num_sample)  # pylint: disable=protected-access
+    if train_anchors < needed:
+        raise ConfigError(
+            "short=%s max_size=%d are too small for %s: the smallest training image becomes %dx%d "
+            "pixels, which gives its RPN %d anchors, fewer than the %d regions the network samples "
+            "per image." % (",".join(map(str, train_shorts)), max_size, config.network,
+                            train_hw[1], train_hw[0], train_anchors, needed),
+            "set %s." % _smallest_working_size(count, datasets.aspect_ratios, min(train_shorts),
+                                                max_size, needed))
+    train_post = min(rpn._train_post_nms, train_anchors)  # pylint: disable=protected-access
+    test_post = min(rpn._test_post_nms, val_anchors)  # pylint: disable=protected-access
+    if (train_post, test_post) != (rpn._train_post_nms, rpn._test_post_nms):  # pylint: disable=protected-access
+        LOG.info("rpn proposals: post-NMS proposals capped at the anchors of the smallest images "
+                 "(training %dx%d: %d anchors, validation %dx%d: %d anchors): training %d -> %d, "
+                 "testing %d -> %d", train_hw[1], train_hw[0], train_anchors, val_hw[1], val_hw[0],
+                 val_anchors, rpn._train_post_nms, train_post, rpn._test_post_nms, test_post)  # pylint: disable=protected-access
+    set_proposal_counts(net, train_post, test_post)
+    return train_post, test_post
+
+
+def set_proposal_counts(net, train_post, test_post):
+    """Set the RPN's post-NMS proposal counts (training, testing) everywhere the network reads them."""
+    net.rpn._train_post_nms = train_post  # pylint: disable=protected-access
+    net.rpn._test_post_nms = test_post  # pylint: disable=protected-access
+    net._rpn_test_post_nms = test_post  # pylint: disable=protected-access  (RoIs per test image)
+    net.sampler._num_proposal = train_post  # pylint: disable=protected-access
+
+
+def _smallest_working_size(count, aspect_ratios, short, max_size, needed):
+    """'short >= S' (and 'max_size >= M' where the cap binds) for the smallest S that works."""
+    for candidate in range(short + 8 - short % 8, 4097, 8):
+        size = max(max_size, candidate)
+        if fewest_anchors(count, aspect_ratios, candidate, size)[0] >= needed:
+            if size == max_size:
+                return "short to at least %d (max_size=%d)" % (candidate, max_size)
+            return "short to at least %d and max_size to at least %d" % (candidate, size)
+    return "larger short and max_size"
+
+
+class FasterRCNNStep:
+    """Forward, the four losses, backward (GluonCV's ForwardBackwardTask); the optimizer update is
+    the engine's. ``mix_ratio`` weights the losses under mixup."""
+
+    def __init__(self, net, config, ctx, mix_ratio=1.0, amp_trainer=None):
+        import mxnet as mx
+
+        self.net = net
+        self.ctx = ctx
+        self.mix_ratio = mix_ratio
+        self.amp_trainer = amp_trainer
+        self.rpn_cls_loss = mx.gluon.loss.SigmoidBinaryCrossEntropyLoss(from_sigmoid=False)
+        self.rpn_box_loss = mx.gluon.loss.HuberLoss(rho=config.rpn_smoothl1_rho)
+        self.rcnn_cls_loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+        self.rcnn_box_loss = mx.gluon.loss.HuberLoss(rho=config.rcnn_smoothl1_rho)
+
+    def __call__(self, batch, sums):
+        """Run forward and backward on one batch; add losses and metric inputs to ``sums``."""
+        import mxnet as mx
+        from mxnet import autograd
+
+        # FasterRCNNTrainBatchify(net, 1): images and labels come as arrays, targets as 1-tuples.
+        data, label, rpn_cls_targets, rpn_box_targets, rpn_box_masks = [
+            (part[0] if isinstance(part, (list, tuple)) else part).as_in_context(self.ctx)
+            for part in batch]
+        with autograd.record():
+            gt_label = label[:, :, 4:5]
+            gt_box = label[:, :, :4]
+            (cls_pred, box_pred, _roi, _samples, _matches, rpn_score, rpn_box, _anchors,
+             cls_targets, box_targets, box_masks, _indices) = self.net(data, gt_box, gt_label)
+            rpn_score = rpn_score.squeeze(axis=-1)
+            num_rpn_pos = (rpn_cls_targets >= 0).sum()
+            rpn_loss1 = self.rpn_cls_loss(rpn_score, rpn_cls_targets, rpn_cls_targets >= 0) \
+                * rpn_cls_targets.size / num_rpn_pos
+            rpn_loss2 = self.rpn_box_loss(rpn_box, rpn_box_targets, rpn_box_masks) \
+                * rpn_box.size / num_rpn_pos
+            num_rcnn_pos = (cls_targets >= 0).sum()
+            rcnn_loss1 = self.rcnn_cls_loss(cls_pred, cls_targets, cls_targets.expand_dims(-1) >= 0) \
+                * cls_targets.size / num_rcnn_pos
+            rcnn_loss2 = self.rcnn_box_loss(box_pred, box_targets, box_masks) \
+                * box_pred.size / num_rcnn_pos
+            total = (rpn_loss1.sum() + rpn_loss2.sum() + rcnn_loss1.sum() + rcnn_loss2.sum()) \
+                * self.mix_ratio
+            if self.amp_trainer is not None:
+                from mxnet.contrib import amp
+
+                with amp.scale_loss(total, self.amp_trainer) as scaled:
+                    autograd.backward(scaled)
+            else:
+                autograd.backward(total)
+
+        losses = [rpn_loss1, rpn_loss2, rcnn_loss1, rcnn_loss2]
+        for name, loss in zip(LOSS_NAMES, losses):
+            sums.add(name, loss.mean() * self.mix_ratio, 1)
+        # Accuracy and L1 metrics, as GluonCV's RPNAccMetric, RPNL1LossMetric, RCNN*Metric.
+        rpn_weight = (rpn_cls_targets >= 0)
+        rpn_pred = mx.nd.sigmoid(rpn_score) >= 0.5
+        sums.add("rpn_acc", ((rpn_pred == rpn_cls_targets) * rpn_weight).sum(), rpn_weight.sum())
+        sums.add("rpn_l1", (rpn_box_masks * mx.nd.smooth_l1(rpn_box - rpn_box_targets, scalar=3)).sum(),
+                 rpn_box_masks.sum() / 4)
+        rcnn_pred = mx.nd.argmax(cls_pred, axis=-1)
+        sums.add("rcnn_acc", (rcnn_pred == cls_targets).sum(), cls_targets.size)
+        sums.add("rcnn_l1", (box_masks * mx.nd.smooth_l1(box_pred - box_targets, scalar=1)).sum(),
+                 box_masks.sum() / 4)
+        return int(data.shape[0])
+

@@ -1,0 +1,73 @@
+"""``detector-run`` (``make run``): a SageMaker-style tree with generated data and CPU-sized
+hyperparameters, then the very same job the container's ``train`` runs, in this process."""
+
+import argparse
+import json
+import os
+import sys
+
+from detector_training.main import job_main
+
+
+# CPU-sized defaults for `make run`: the small network, small images, a few minutes on 2 cores.
+RUN_DEFAULTS = {
+    "network": "faster_rcnn_resnet18_v1b_voc",
+    "dataset": "custom",
+    "pretrained_base": "false",
+    "short": "128",
+    "max_size": "200",
+    "batch_size": "2",
+    "epochs": "8",
+    "lr": "0.04",
+    "lr_decay_epoch": "6",
+    "lr_warmup": "20",
+    "lr_base_batch_size": "4",  # as the VOC presets, also for a generated COCO-format dataset
+    "num_workers": "1",
+    "log_interval": "10",
+    "seed": "7",
+}
+
+
+def prepare_run_tree(base, hyperparameters, n_train=48, n_test=24, n_train_2012=24, seed=0):
+    """A SageMaker-style tree with generated data: a VOCdevkit in the 'voc' channel, or for
+    dataset=coco a COCO-format dataset (own categories) in the 'coco' channel."""
+    if str(hyperparameters.get("dataset", "")).strip('"') == "coco":
+        from detector_training.data.synthetic_coco import generate as generate_coco
+
+        channel = os.path.join(base, "input", "data", "coco")
+        if not os.path.isdir(os.path.join(channel, "annotations")):
+            generate_coco(channel, n_train + n_train_2012, n_test, seed=seed)
+    else:
+        from detector_training.data.synthetic_voc import generate
+
+        channel = os.path.join(base, "input", "data", "voc")
+        if not os.path.isdir(os.path.join(channel, "VOCdevkit")):
+            generate(channel, n_train, n_test, n_train_2012, seed=seed)
+    config_dir = os.path.join(base, "input", "config")
+    os.makedirs(config_dir, exist_ok=True)
+    with open(os.path.join(config_dir, "hyperparameters.json"), "w") as handle:
+        json.dump({k: str(v) for k, v in hyperparameters.items()}, handle, indent=1)
+    return base
+
+
+def run_cli(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Generate a small VOC-format dataset and run the training job on it (CPU).")
+    parser.add_argument("--output", default="out/run", help="directory for the job tree")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a hyperparameter (repeatable)")
+    args = parser.parse_args(argv)
+    hyperparameters = dict(RUN_DEFAULTS)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        hyperparameters[key] = value
+    base = os.path.abspath(args.output)
+    prepare_run_tree(base, hyperparameters)
+    code = job_main(base)
+    model_dir = os.path.join(base, "model")
+    if code == 0:
+        print("model directory: %s" % model_dir)
+        print("files: %s" % ", ".join(sorted(os.listdir(model_dir))))
+    else:
+        print("job failed; reason in %s" % os.path.join(base, "output", "failure"))
+    sys.exit(code)

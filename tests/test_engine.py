@@ -1,0 +1,210 @@
+"""The loop and its hooks, in milliseconds: a one-weight model, a fake step, real checkpoints.
+
+The detector family is replaced by a step that fits ``w * x`` to ``2 * x`` (so losses and the
+optimizer state are real), the loader by a list of batches, the world by SingleProcess (or a
+fake rank 1 for the main-only rule). Everything else is the engine and hooks the job uses."""
+
+import math
+import os
+
+import mxnet as mx
+import pytest
+from mxnet import autograd
+
+from detector_training.core.checkpoint import CheckpointManager, Position, load_latest, resume_trainer
+from detector_training.core.config import from_hyperparameters
+from detector_training.core.distributed import SingleProcess, World
+from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, Hook,
+                                           LearningRateHook, MetricLogHook, StopHook,
+                                           ValidationHook)
+from detector_training.errors import JobError
+
+STEPS = 4
+
+
+class FitStep:
+    """A family's step in miniature: forward, loss, backward; the loss and a metric into sums."""
+
+    def __init__(self, net, nan_at=None):
+        self.net = net
+        self.calls = []
+        self.nan_at = nan_at
+        self.mix_ratio = 1.0
+
+    def __call__(self, batch, sums):
+        self.calls.append(batch)
+        x = mx.nd.array([[float(batch)]])
+        with autograd.record():
+            loss = ((self.net(x) - 2 * x) ** 2).mean()
+        loss.backward()
+        value = loss if self.nan_at != len(self.calls) else mx.nd.array([float("nan")])
+        sums.add("fit_loss", value.sum(), 1)
+        sums.add("fit_error", mx.nd.abs(self.net(x) - 2 * x).sum(), 1)
+        return 1
+
+
+class Batches:
+    """A loader and its sampler in one: batches 1..4, the first ``skip`` left out when resuming
+    a stopped epoch (what EqualStepsBatchSampler.set_epoch does)."""
+
+    def __init__(self):
+        self.skip = 0
+
+    def set_epoch(self, epoch, skip=0):
+        self.skip = skip
+
+    def __iter__(self):
+        return iter([1, 2, 3, 4][self.skip:])
+
+
+def tiny_net():
+    net = mx.gluon.nn.Dense(1, use_bias=False, in_units=1)
+    net.initialize(mx.init.Constant(0.5))
+    return net
+
+
+def make_engine(tmp_path, hooks=(), epochs=3, position=None, net=None, world=None, loader=None,
+                **step_kw):
+    config = from_hyperparameters({"epochs": str(epochs), "log_interval": "2", "dataset": "custom"})
+    net = net or tiny_net()
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9})
+    dist = SingleProcess()
+    if world is not None:
+        dist.world = world
+    return Engine(config=config, world=dist.world, dist=dist, net=net, trainer=trainer,
+                  step=FitStep(net, **step_kw), loader=loader or Batches(), steps=STEPS, per_rank_batch=1,
+                  loss_names=("fit_loss",), metric_names=("fit_error",), position=position,
+                  hooks=list(hooks))
+
+
+class Recorder(Hook):
+    def __init__(self, name, calls, main_only=False):
+        self.name, self.calls, self.main_only = name, calls, main_only
+
+    def __getattribute__(self, attr):
+        if attr in ("before_train", "before_epoch", "before_step", "after_step", "after_epoch",
+                    "after_train"):
+            return lambda engine: self.calls.append((attr, self.name, engine.epoch))
+        return object.__getattribute__(self, attr)
+
+
+def test_config_epochs_is_a_number_from_the_preset():
+    assert from_hyperparameters({"dataset": "custom"}).epochs == 20
+    assert from_hyperparameters({"dataset": "coco"}).lr_decay_epoch == (17, 23)
+
+
+def test_hooks_run_in_list_order_at_every_point_and_every_step_runs(tmp_path):
+    calls = []
+    engine = make_engine(tmp_path, [Recorder("a", calls), Recorder("b", calls)], epochs=2)
+    engine.run()
+    assert engine.completed and engine.global_step == 2 * STEPS and engine.epoch == 2
+    assert engine.step.calls == [1, 2, 3, 4, 1, 2, 3, 4]
+    points = [(p, n) for p, n, _ in calls]
+    assert points[:2] == [("before_train", "a"), ("before_train", "b")]
+    assert points[-2:] == [("after_train", "a"), ("after_train", "b")]
+    assert points.count(("before_step", "a")) == 2 * STEPS
+    assert [e for p, n, e in calls if p == "after_epoch" and n == "b"] == [0, 1]
+    for i in range(0, len(points), 2):  # a before b, each time
+        assert points[i][1] == "a" and points[i + 1][1] == "b" and points[i][0] == points[i + 1][0]
+
+
+def test_main_only_hooks_do_not_run_on_other_ranks(tmp_path):
+    calls = []
+    engine = make_engine(tmp_path, [Recorder("everyone", calls), Recorder("main", calls, main_only=True)],
+                         epochs=1, world=World(rank=1, size=2))
+    engine.run()
+    assert {n for _, n, _ in calls} == {"everyone"}
+
+
+def test_learning_rate_hook_sets_the_rate_of_every_step(tmp_path):
+    seen = []
+
+    class Spy(Hook):
+        def after_step(self, engine):
+            seen.append(engine.trainer.learning_rate)
+
+    engine = make_engine(tmp_path, [LearningRateHook(lambda epoch, step: 0.001 * (step + 1) + epoch), Spy()],
+                         epochs=2)
+    engine.run()
+    assert seen == pytest.approx([0.001 * (s + 1) + (s // STEPS) for s in range(2 * STEPS)])
+
+
+def test_metric_log_hook_records_epoch_means_and_the_loss_falls(tmp_path, caplog):
+    engine = make_engine(tmp_path, [MetricLogHook()], epochs=3)
+    with caplog.at_level("INFO"):
+        engine.run()
+    assert [h["epoch"] for h in engine.history] == [0, 1, 2]
+    assert engine.history[-1]["fit_loss"] < engine.history[0]["fit_loss"]
+    assert all(set(h) >= {"fit_loss", "fit_error", "lr", "speed", "time_s"} for h in engine.history)
+    assert "[Epoch 2] summary:" in caplog.text and "fit_loss=" in caplog.text
+    assert "[Epoch 0][Batch 1/4]" in caplog.text  # log_interval=2
+
+
+def test_a_nan_loss_stops_the_job_with_a_clear_error(tmp_path):
+    engine = make_engine(tmp_path, [MetricLogHook()], epochs=2, nan_at=3)
+    with pytest.raises(JobError) as err:
+        engine.run()
+    assert "training diverged at epoch 0: fit_loss became NaN/inf" in str(err.value)
+    assert not engine.completed
+
+
+def test_validation_keeps_the_best_and_saves_only_on_improvement(tmp_path):
+    scores, saved = iter([0.2, 0.5, 0.4]), []
+    hooks = [MetricLogHook(),
+             ValidationHook(lambda: {"mAP": next(scores), "AP50": 0.0, "per_class": {}, "images": 1},
+                            lambda engine: saved.append(engine.epoch))]
+    engine = make_engine(tmp_path, hooks, epochs=3)
+    engine.run()
+    assert saved == [0, 1] and engine.best_map == 0.5
+    assert [h["mAP"] for h in engine.history] == [0.2, 0.5, 0.4]
+
+
+def test_stop_mid_epoch_checkpoints_and_resume_finishes_the_same_steps(tmp_path):
+    """Stopped after step 6 of 12, the job checkpoints (epoch 1, iteration 2, optimizer state);
+    a new engine from that checkpoint runs exactly the 6 steps left, and the final model only
+    comes from the run that completed."""
+    manager = CheckpointManager(str(tmp_path / "ckpt"))
+    finals, requests = [], {"n": 0}
+
+    def requested():
+        requests["n"] += 1
+        return requests["n"] == 6
+
+    def hooks(loader):
+        checkpoints = CheckpointHook(manager, {"what": "config"})
+        return [EpochSetupHook(loader, None, lambda: None), StopHook(requested, checkpoints), checkpoints,
+                FinalModelHook(lambda engine: finals.append(engine.global_step))]
+
+    loader = Batches()
+    first = make_engine(tmp_path, hooks(loader), epochs=3, loader=loader)
+    first.run()
+    assert first.stopped and not first.completed and first.global_step == 6 and finals == []
+    momentum = first.trainer._updaters[0].states[0].asnumpy().copy()
+
+    net = tiny_net()
+    resume = load_latest(manager, net, mx.cpu())
+    assert resume.position.epoch == 1 and resume.position.iteration == 2
+    assert resume.position.global_step == 6
+    assert net.weight.data().asnumpy() == pytest.approx(first.net.weight.data().asnumpy())
+    loader = Batches()
+    second = make_engine(tmp_path, hooks(loader), epochs=3, position=resume.position, net=net,
+                         loader=loader)
+    resume_trainer(resume, second.trainer)
+    assert second.trainer._updaters[0].states[0].asnumpy() == pytest.approx(momentum)
+    second.run()
+    assert second.completed and second.global_step == 12 and finals == [12]
+    assert second.step.calls == [3, 4, 1, 2, 3, 4]  # the rest of epoch 1, then epoch 2
+
+
+def test_position_round_trips_through_a_checkpoint(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    engine = make_engine(tmp_path, [MetricLogHook()], epochs=1,
+                         position=Position(epoch=0, global_step=40, best_map=0.25,
+                                           history=[{"epoch": -1}]))
+    engine.run()
+    CheckpointHook(manager, {}).save(engine, 1, 0)
+    resume = load_latest(manager, tiny_net(), mx.cpu())
+    assert resume.position == Position(epoch=1, iteration=0, global_step=44, best_map=0.25,
+                                       history=engine.history)
+    assert len(resume.position.history) == 2 and math.isfinite(resume.position.history[1]["fit_loss"])
+    assert os.path.basename(resume.path) == "ckpt-00000044"
