@@ -25,7 +25,7 @@ BASE_IMAGE ?= frcnn-base:bookworm
 # NVIDIA's stub driver library inside the GPU image, off its loader path (see Dockerfile).
 CUDA_STUB := /opt/frcnn/cuda-stub
 
-.PHONY: venv sdk-venv sysdeps run test bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
+.PHONY: venv sdk-venv sysdeps run run-mask test bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
 venv: $(STAMP)
 
 # OpenMPI (mpirun, and headers for Horovod's MPI controller) comes from the system.
@@ -51,6 +51,10 @@ $(STAMP): $(CONSTRAINTS) container/pyproject.toml Makefile | sysdeps
 
 run: $(STAMP)
 	$(VENV)/bin/detector-run --output $(RUN_DIR)
+
+# The same for a Mask R-CNN: generated COCO-format instance masks, GluonCV's ResNet-18 FPN network.
+run-mask: $(STAMP)
+	$(VENV)/bin/detector-run --output $(RUN_DIR)-mask --set network=mask_rcnn_fpn_resnet18_v1b_coco
 
 SDK_VENV ?= .venv-sdk
 SDK_STAMP := $(SDK_VENV)/.installed

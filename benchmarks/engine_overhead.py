@@ -48,7 +48,7 @@ def setup(root, num_workers, n_images):
     train_data = family.train_loader(config, net, data, dist.world, per_rank, steps,
                                      config.num_workers)
     loader, sampler, mixup = train_data.loader, train_data.sampler, train_data.mixup
-    trainer = make_trainer(config, net, dist, config.effective_lr(1), False)
+    trainer = make_trainer(config, net, dist, config.effective_lr(1))
     return config, dist, net, loader, sampler, mixup, trainer, per_rank, steps
 
 

@@ -125,3 +125,33 @@ def test_a_jobs_model_starts_another_job_with_a_new_class_list(tmp_path, form):
     assert "classes circle,square,triangle -> triangle,circle: class head re-initialised" in out
     assert "trained rows kept for background, triangle, circle" in out
     assert json.load(open(os.path.join(second, "model", "classes.json"))) == ["triangle", "circle"]
+
+
+def test_a_mask_rcnn_keeps_its_mask_head_and_resets_its_per_class_masks(tmp_path, caplog):
+    from detector_training import families
+
+    family = families.get("mask_rcnn_fpn_resnet18_v1b_coco")
+    config = from_hyperparameters({"network": "mask_rcnn_fpn_resnet18_v1b_coco", "dataset": "coco"})
+
+    def mask_net(classes):
+        net = family.build_network(config, tuple(classes), 1, False, None, mx.cpu())
+        family.set_proposal_counts(net, 300, 50)
+        with mx.autograd.predict_mode():
+            net(mx.nd.zeros((1, 3, 96, 96)))
+        return net
+
+    old = mask_net(("circle", "square", "triangle"))
+    write_model(str(tmp_path / "model"), old, ("circle", "square", "triangle"))
+    new = mask_net(("square", "hexagon"))
+    with caplog.at_level("INFO"):
+        summary = start_from_channel(new, str(tmp_path / "model"), mx.cpu())
+    np.testing.assert_array_equal(new.mask.deconv[0].weight.data().asnumpy(),
+                                  old.mask.deconv[0].weight.data().asnumpy())  # mask head reused
+    masks, old_masks = new.mask.mask.weight.data().asnumpy(), old.mask.mask.weight.data().asnumpy()
+    assert masks.shape[0] == 2  # one mask per class, no background
+    np.testing.assert_array_equal(masks[0], old_masks[1])  # 'square' kept
+    assert "mask.mask.weight" in summary["reinitialised"] and "mask.mask.weight" not in summary["reused"]
+    assert "mask.mask (2)" in caplog.text
+    with mx.autograd.predict_mode():
+        ids, scores, boxes, masks = new(mx.nd.zeros((1, 3, 96, 96)))
+    assert masks.shape[:2] == (1, 50)

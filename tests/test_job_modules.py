@@ -14,7 +14,8 @@ from detector_training.core.distributed import SingleProcess, launched_by_horovo
 from detector_training.core.files import atomic_save, atomic_write_text, write_json
 from detector_training.core.model_dir import ModelDirectory
 from detector_training.errors import ConfigError, DataError, failure_text_for
-from detector_training.job.metrics import METRIC_DEFINITIONS, TRAIN_METRICS
+from detector_training.job.metrics import (METRIC_DEFINITIONS, TRAIN_METRICS, VALIDATION_SCORES,
+                                           definitions_for)
 from detector_training.job.sm_env import Environment
 from detector_training.job.stop import RankStop, StopSignal, clear_stale_request
 
@@ -155,12 +156,20 @@ def test_every_network_has_a_family_and_config_names_them_all():
     for network in NETWORKS:
         family = families.get(network)
         assert family.name == family_of(network)
-        assert from_hyperparameters({"network": network, "dataset": "custom"}).family == family.name
+        assert from_hyperparameters({"network": network, "dataset": "coco"}).family == family.name
 
 
-def test_metric_definitions_name_every_familys_losses_and_metrics():
+def test_metric_definitions_name_every_familys_losses_metrics_and_scores():
     for family in families.all_families():
         assert TRAIN_METRICS[family.name] == family.log_names
+        assert VALIDATION_SCORES[family.name] == family.score_names
+        names = {d["Name"] for d in definitions_for(family.name)}
+        assert {"validation:" + n for n in family.score_names} <= names
+        line = "validation: epoch=3 images=24 time=1.0s " + " ".join(
+            "%s=0.%d" % (name, i + 1) for i, name in enumerate(family.score_names))
+        for i, name in enumerate(family.score_names):
+            regex = next(d["Regex"] for d in METRIC_DEFINITIONS if d["Name"] == "validation:" + name)
+            assert float(re.search(regex, line).group(1)) == pytest.approx(float("0.%d" % (i + 1)))
         line = "[Epoch 3] summary: time=1.0s speed=2.0 samples/s data_wait=1.0% lr=0.001 " + \
             " ".join("%s=0.%d" % (name, i + 1) for i, name in enumerate(family.log_names))
         for i, name in enumerate(family.log_names):

@@ -31,3 +31,12 @@ def test_no_warmup_when_minus_one_or_zero():
     for warm in ("-1", "0"):
         c = from_hyperparameters({"lr_warmup": warm})
         assert lr_at(c, 1.0, 0, 0) == pytest.approx(1.0)
+
+
+def test_warmup_is_counted_in_iterations_across_epochs_as_gluoncvs_mask_rcnn_script():
+    # train_mask_rcnn.py warms up over i + epoch * len(train_data) <= lr_warmup: 1000 iterations
+    # are more than one epoch of a small dataset, so epoch 2 may still be warming up.
+    c = from_hyperparameters({"network": "mask_rcnn_fpn_resnet18_v1b_coco", "dataset": "coco"})
+    assert c.lr_warmup == 1000
+    assert lr_at(c, 1.0, 2, 500) == pytest.approx(c.lr_warmup_factor * 0.5 + 0.5)
+    assert lr_at(c, 1.0, 3, 1000) == pytest.approx(1.0)

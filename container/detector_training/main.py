@@ -106,8 +106,8 @@ def run_job(config, env, dist, stop):
                                                StopHook, ValidationHook)
     from detector_training.core.evaluation import validate
     from detector_training.core.model_dir import ModelDirectory
-    from detector_training.core.solver import lr_at, make_trainer
-    from detector_training.data.datasets import build_datasets, steps_per_epoch
+    from detector_training.core.solver import init_amp, lr_at, make_trainer
+    from detector_training.data.datasets import steps_per_epoch
     from detector_training.job.guards import adapt_workers, check_gpu_runs
 
     # 1. Where this rank runs, and its seeds.
@@ -124,9 +124,10 @@ def run_job(config, env, dist, stop):
     if world.is_main:
         LOG.info("effective configuration: %s", json.dumps(effective, sort_keys=True))
     seed_everything(config.seed, world.rank)
+    init_amp(config, on_gpu)  # before any network is built
 
     # 2. Data: once per host (local rank 0 fetches, verifies and extracts; the others wait).
-    datasets = build_datasets(config, data_root(config, env, world))
+    datasets = family.read_datasets(config, data_root(config, env, world))
     if world.is_main:
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
@@ -169,7 +170,7 @@ def run_job(config, env, dist, stop):
 
     hybridize()
     base_lr = config.effective_lr(world.size)
-    trainer = make_trainer(config, net, dist, base_lr, on_gpu)
+    trainer = make_trainer(config, net, dist, base_lr)
     if resume:
         resume_trainer(resume, trainer)
 
@@ -184,7 +185,8 @@ def run_job(config, env, dist, stop):
         StopHook(stop.requested, checkpoints),
         ValidationHook(lambda: hybridize() or validate(family, net, val_loader, val_indices, ctx,
                                                        dist, config, datasets, scratch),
-                       lambda engine: model_dir.save_best(engine.net, engine.last_validation)),
+                       lambda engine: model_dir.save_best(engine.net, engine.last_validation),
+                       scores=family.score_names, objective=family.objective),
         checkpoints,
         FinalModelHook(lambda engine: model_dir.write_final(
             family=family, config=config, net=engine.net, classes=datasets.classes,

@@ -1,4 +1,4 @@
-"""Run a trained model on one image and draw what it finds.
+"""Run a trained model on one image and draw what it finds (boxes; a Mask R-CNN's masks too).
 
 The model is what a job leaves in its model directory (or SageMaker's ``model.tar.gz`` of it):
 the exported pair ``model-symbol.json`` + ``model-0000.params``, ``classes.json`` and
@@ -187,8 +187,13 @@ def _image_size(image_path):
 
 def detect(model, image_path, threshold=0.5):
     """Detections with score >= ``threshold``, best first: ``[{"class", "score", "box"}]`` with
-    ``box`` = [x0, y0, x1, y1] in original-image pixels, clipped to the image."""
+    ``box`` = [x0, y0, x1, y1] in original-image pixels, clipped to the image; a model that
+    segments (Mask R-CNN) adds ``mask``, the object's pixels in the original image as COCO's
+    compressed RLE (``{"size": [height, width], "counts": ...}``)."""
+    import numpy as np
     from gluoncv.data.transforms.presets.rcnn import load_test
+
+    from detector_training.core.evaluation import image_masks
 
     width, height = _image_size(image_path)
     try:
@@ -197,18 +202,24 @@ def detect(model, image_path, threshold=0.5):
         raise PredictError("cannot read image %s: %s" % (image_path, _one_line(exc))) from exc
     if model.ctx is not None:
         data = data.as_in_context(model.ctx)
-    ids, scores, boxes = model.net(data)
-    ids, scores, boxes = ids[0].asnumpy(), scores[0].asnumpy(), boxes[0].asnumpy()
+    outputs = model.net(data)
+    ids, scores, boxes = (o[0].asnumpy() for o in outputs[:3])
+    masks = outputs[3][0].asnumpy() if len(outputs) > 3 else None  # per box, in its box
     scale_x = width / float(resized.shape[1])
     scale_y = height / float(resized.shape[0])
-    detections = []
-    for cid, score, box in zip(ids[:, 0], scores[:, 0], boxes):
+    detections, kept = [], []
+    for index, (cid, score, box) in enumerate(zip(ids[:, 0], scores[:, 0], boxes)):
         cid, score = int(cid), float(score)
         if cid < 0 or score < 0 or score < threshold or cid >= len(model.classes):
             continue  # -1: padding of the fixed-size output
         x0, x1 = sorted((_clip(box[0] * scale_x, width - 1), _clip(box[2] * scale_x, width - 1)))
         y0, y1 = sorted((_clip(box[1] * scale_y, height - 1), _clip(box[3] * scale_y, height - 1)))
         detections.append({"class": model.classes[cid], "score": score, "box": [x0, y0, x1, y1]})
+        kept.append(index)
+    if masks is not None and kept:
+        scale = np.array([scale_x, scale_y, scale_x, scale_y], dtype=boxes.dtype)
+        for det, rle in zip(detections, image_masks(masks[kept], boxes[kept] * scale, width, height)):
+            det["mask"] = rle
     detections.sort(key=lambda d: -d["score"])
     return detections
 
@@ -235,9 +246,13 @@ def pixel_box(box):
     return x0, y0, max(x0, x1), max(y0, y1)
 
 
+MASK_OPACITY = 0.5  # a mask is its class colour blended over the image at this weight
+
+
 def draw(image_path, detections, out_png):
-    """Draw ``detections`` (as from ``detect``) on the original image and write a PNG. Boxes are
-    drawn lowest score first, labels ("class 0.87") after all boxes. Returns how many were drawn."""
+    """Draw ``detections`` (as from ``detect``) on the original image and write a PNG. Masks
+    (where detections have them) are blended in first, then boxes, lowest score first, then the
+    labels ("class 0.87"). Returns how many were drawn."""
     from PIL import Image, ImageDraw, ImageFont
 
     _image_size(image_path)
@@ -246,10 +261,11 @@ def draw(image_path, detections, out_png):
             img = original.convert("RGB")
     except (OSError, ValueError) as exc:
         raise PredictError("cannot read image %s: %s" % (image_path, _one_line(exc))) from exc
+    ordered = sorted(detections, key=lambda d: d["score"])
+    img = _blend_masks(img, [d for d in ordered if "mask" in d])
     canvas = ImageDraw.Draw(img)
     lw = line_width(*img.size)
     font = ImageFont.load_default()
-    ordered = sorted(detections, key=lambda d: d["score"])
     for det in ordered:
         canvas.rectangle(pixel_box(det["box"]), outline=colour_for(det["class"]), width=lw)
     for det in ordered:
@@ -262,6 +278,23 @@ def draw(image_path, detections, out_png):
         canvas.text((x0 + 2 - left, ty + 2 - top), text, fill=(255, 255, 255), font=font)
     atomic_write(out_png, lambda handle: img.save(handle, format="PNG"))
     return len(ordered)
+
+
+def _blend_masks(img, detections):
+    """The image with each detection's mask in its class colour at MASK_OPACITY."""
+    if not detections:
+        return img
+    import numpy as np
+    import pycocotools.mask as cocomask
+    from PIL import Image
+
+    pixels = np.asarray(img, dtype=np.float32)
+    for det in detections:
+        mask = cocomask.decode(dict(det["mask"], counts=det["mask"]["counts"].encode("ascii")))
+        inside = mask.astype(bool)
+        pixels[inside] = (1 - MASK_OPACITY) * pixels[inside] \
+            + MASK_OPACITY * np.array(colour_for(det["class"]), dtype=np.float32)
+    return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))
 
 
 def _one_line(exc):
@@ -289,7 +322,7 @@ def main(argv=None):
         description="Detect objects in one image with a trained model and draw them.")
     parser.add_argument("model", help="model directory of a job, or its model.tar.gz")
     parser.add_argument("image", help="image file (JPEG, PNG, ...)")
-    parser.add_argument("--output", "-o", required=True, help="PNG to write, boxes drawn")
+    parser.add_argument("--output", "-o", required=True, help="PNG to write, boxes (and masks) drawn")
     parser.add_argument("--threshold", type=_threshold, default=0.5,
                         help="minimum score of a detection (default 0.5)")
     parser.add_argument("--json", dest="json_path", default=None,

@@ -27,6 +27,14 @@ FAMILY_NETWORKS = {
         "faster_rcnn_fpn_resnet101_v1d_coco",
         "faster_rcnn_resnet18_v1b_voc",  # project-defined: ResNet-18 backbone, light heads, CPU-sized
     ),
+    "mask_rcnn": (
+        "mask_rcnn_resnet18_v1b_coco",
+        "mask_rcnn_fpn_resnet18_v1b_coco",  # from scratch on 128-256 px images: CPU tests and demo
+        "mask_rcnn_resnet50_v1b_coco",
+        "mask_rcnn_fpn_resnet50_v1b_coco",
+        "mask_rcnn_resnet101_v1d_coco",
+        "mask_rcnn_fpn_resnet101_v1d_coco",
+    ),
 }
 NETWORKS = tuple(n for names in FAMILY_NETWORKS.values() for n in names)
 FPN_NETWORKS = tuple(n for n in NETWORKS if "_fpn_" in n)
@@ -56,7 +64,19 @@ PRESETS = {
     "coco": dict(epochs=26, lr=0.01, lr_decay_epoch=(17, 23), lr_warmup=1000, wd=1e-4,
                  lr_base_batch_size=8, train_splits=COCO_SPLITS, val_splits=COCO_VAL_SPLITS),
 }
-FAMILY_PRESETS = {"faster_rcnn": {}}
+FAMILY_PRESETS = {
+    "faster_rcnn": {},
+    # GluonCV's train_mask_rcnn.py: global batch 8, lr 0.00125 per image (0.01 at 8), decay at
+    # 17,23 over 26 epochs, warm-up max(8000 / batch, 1000) iterations, wd 1e-4, never a weight
+    # decay on biases (no_wd also spares BatchNorm's beta and gamma).
+    "mask_rcnn": {"coco": dict(batch_size=8, lr=0.01, lr_base_batch_size=8, lr_decay_epoch=(17, 23),
+                               epochs=26, lr_warmup=1000, wd=1e-4, no_wd=True)},
+}
+# Datasets a family can train on (others: all). Mask R-CNN needs instance masks: COCO-format
+# 'segmentation's.
+FAMILY_DATASETS = {"mask_rcnn": ("coco",)}
+# Options a family cannot honour (GluonCV's mixup blends boxes, not instance masks).
+FAMILY_UNSUPPORTED = {"mask_rcnn": ("mixup",)}
 
 
 def family_of(network):
@@ -69,7 +89,7 @@ def family_of(network):
 
 def preset_for(network, dataset):
     """The defaults a job starts from: the dataset's, then the family's for that dataset."""
-    preset = dict(PRESETS[dataset])
+    preset = dict(PRESETS[dataset], no_wd=False)
     preset.update(FAMILY_PRESETS.get(family_of(network), {}).get(dataset, {}))
     return preset
 
@@ -230,6 +250,7 @@ def hp(default, parser, help_text):
 
 _pos_int = check(parse_int, lambda v: v >= 1, "an integer >= 1")
 _nonneg_int = check(parse_int, lambda v: v >= 0, "an integer >= 0")
+_at_least_4 = check(parse_int, lambda v: v >= 4, "an integer >= 4")  # a quarter of it positive
 
 
 @dataclass(frozen=True)
@@ -274,7 +295,9 @@ class TrainConfig:
     wd: Optional[float] = hp(None, optional(check(parse_float, lambda v: 0 <= v < 1, "a number in [0, 1)")),
                              "Weight decay.")
     momentum: float = hp(0.9, check(parse_float, lambda v: 0 <= v < 1, "a number in [0, 1)"), "SGD momentum.")
-    no_wd: bool = hp(False, parse_bool, "No weight decay on bias, beta and gamma.")
+    no_wd: Optional[bool] = hp(None, optional(parse_bool),
+                               "No weight decay on bias, beta and gamma. Default: false; Mask "
+                               "R-CNN true (its script never decays biases).")
     clip_gradient: float = hp(-1.0, parse_float, "Clip gradients at this value; <= 0 turns clipping off.")
     mixup: bool = hp(False, parse_bool, "Mixup training augmentation.")
     no_mixup_epochs: int = hp(20, _nonneg_int, "Turn mixup off for the last N epochs.")
@@ -285,6 +308,10 @@ class TrainConfig:
                                "MXNet engine worker threads per device for this rank's process.")
     kv_store: str = hp("device", choice(KV_STORES),
                        "KVStore for a single process; ranks under Horovod use allreduce instead.")
+    rcnn_num_samples: Optional[int] = hp(None, optional(_at_least_4),
+                                         "RoIs sampled per image to train the R-CNN heads. Default: "
+                                         "the network's (C4 128 or 256, FPN 512, "
+                                         "faster_rcnn_resnet18_v1b_voc 64); fewer train faster.")
     rpn_smoothl1_rho: float = hp(1.0 / 9.0, check(parse_float, lambda v: v > 0, "a number > 0"),
                                  "RPN box regression smooth-L1 rho.")
     rcnn_smoothl1_rho: float = hp(1.0, check(parse_float, lambda v: v > 0, "a number > 0"),
@@ -449,6 +476,13 @@ def validate(config):
     if config.dataset == "voc" and config.classes:
         problems.append("classes is only used with dataset=custom or coco (dataset=voc has its 20 "
                         "classes)")
+    family = config.family
+    if config.dataset not in FAMILY_DATASETS.get(family, DATASETS):
+        problems.append("network=%s trains on dataset=%s only, not dataset=%s"
+                        % (config.network, " or ".join(FAMILY_DATASETS[family]), config.dataset))
+    for option in FAMILY_UNSUPPORTED.get(family, ()):
+        if getattr(config, option):
+            problems.append("%s=true is not available for %s networks" % (option, family))
     if config.dataset == "coco" and len(config.val_splits or ()) > 1:
         problems.append("val_splits=%s: COCO validation reads one annotation file; name one split"
                         % ",".join(config.val_splits))

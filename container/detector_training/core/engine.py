@@ -243,11 +243,16 @@ class MetricLogHook(Hook):
 
 
 class ValidationHook(Hook):
-    """Every val_interval epochs and after the last: all ranks validate their shard together."""
+    """Every val_interval epochs and after the last: all ranks validate their shard together.
 
-    def __init__(self, validate_fn, save_best_fn):
-        self.validate_fn = validate_fn  # () -> {'mAP', 'AP50', 'per_class', 'images'}
+    ``scores``: the family's validation scores, logged in that order and kept in the history;
+    ``objective``: the one a new best model is chosen by."""
+
+    def __init__(self, validate_fn, save_best_fn, scores=("mAP", "AP50"), objective="mAP"):
+        self.validate_fn = validate_fn  # () -> {'mAP', 'AP50', 'per_class', 'images', ...}
         self.save_best_fn = save_best_fn  # (engine) -> None, main rank only
+        self.scores = tuple(scores)
+        self.objective = objective
 
     def after_epoch(self, engine):
         if not every(engine.config.val_interval, engine.epoch, engine.last_epoch):
@@ -256,18 +261,21 @@ class ValidationHook(Hook):
         result = self.validate_fn()
         result["epoch"] = engine.epoch
         engine.last_validation = result
-        engine.history[-1]["mAP"] = result["mAP"]
-        engine.history[-1]["AP50"] = result["AP50"]
+        engine.history[-1].update((name, result[name]) for name in self.scores)
         if engine.world.is_main:
+            # Per class: AP, then any other per-class score (Mask R-CNN: mask_per_class -> mask_AP).
+            others = sorted(k for k in result if k.endswith("_per_class"))
             for name, ap in result["per_class"].items():
-                LOG.info("validation: epoch=%d class=%s AP=%.4f", engine.epoch, name, ap)
-            LOG.info("validation: epoch=%d images=%d time=%.1fs mAP=%.4f AP50=%.4f", engine.epoch,
-                     result["images"], time.time() - start, result["mAP"], result["AP50"])
-        if result["mAP"] > engine.best_map:
-            engine.best_map = result["mAP"]
+                LOG.info("validation: epoch=%d class=%s AP=%.4f%s", engine.epoch, name, ap, "".join(
+                    " %s_AP=%.4f" % (k[:-len("_per_class")], result[k][name]) for k in others))
+            LOG.info("validation: epoch=%d images=%d time=%.1fs %s", engine.epoch, result["images"],
+                     time.time() - start, " ".join("%s=%.4f" % (n, result[n]) for n in self.scores))
+        if result[self.objective] > engine.best_map:
+            engine.best_map = result[self.objective]
             if engine.world.is_main:
                 self.save_best_fn(engine)
-                LOG.info("validation: new best mAP=%.4f at epoch %d", result["mAP"], engine.epoch)
+                LOG.info("validation: new best %s=%.4f at epoch %d", self.objective,
+                         result[self.objective], engine.epoch)
 
 
 class CheckpointHook(Hook):

@@ -77,13 +77,16 @@ def offline_first_weights(directory, allow_download=True):
 
 
 def build_zoo_network(name, classes, pretrained_base, pretrained_dirs, ctx, own_networks=None,
-                      **kwargs):
+                      builder=None, overrides=None, **kwargs):
     """GluonCV model-zoo network ``name`` (or one of ``own_networks``: name -> builder), backbone
-    weights offline first, classes reset to ``classes``, every parameter initialised on ``ctx``."""
+    weights offline first, classes reset to ``classes``, every parameter initialised on ``ctx``.
+    ``builder`` (module, function) and ``overrides``: see :func:`builder_overrides`."""
     from gluoncv.model_zoo import get_model
 
     kwargs = dict(kwargs, pretrained_base=pretrained_base)
-    with offline_first_weights(pretrained_dirs):
+    zero_skipped_rois()
+    with offline_first_weights(pretrained_dirs), backbone_batchnorm(frozen=bool(pretrained_base)), \
+            builder_overrides(builder, overrides):
         if own_networks and name in own_networks:
             net = own_networks[name](**kwargs)
         else:
@@ -96,6 +99,85 @@ def build_zoo_network(name, classes, pretrained_base, pretrained_dirs, ctx, own_
         net.reset_class(list(classes))
     net.collect_params().reset_ctx(ctx)
     return net
+
+
+def zero_skipped_rois():
+    """Make MXNet's ``contrib.ROIAlign`` give zeros for RoIs whose batch index is negative (once per
+    process; the networks built afterwards trace the wrapped operator into their graphs).
+
+    GluonCV's FPN networks pool each RoI from its pyramid level by giving the RoIs of the other
+    levels batch index -1, then add the levels up. MXNet 1.9.1's GPU kernel writes zeros for those
+    RoIs; its CPU kernel skips them and leaves whatever the memory held, so on CPU stale values
+    (1e30, NaN) joined RoI features and a Mask R-CNN with two images per rank diverged at its
+    first step. The wrapper selects zeros there (a select, so NaN garbage cannot leak through)."""
+    import mxnet as mx
+
+    for F in (mx.symbol, mx.ndarray):
+        original = F.contrib.ROIAlign
+        if getattr(original, "zeroes_skipped_rois", False):
+            continue
+
+        def roi_align(data, rois, *args, _original=original, _F=F, **kwargs):
+            out = _original(data, rois, *args, **kwargs)
+            valid = (_F.slice_axis(rois, axis=1, begin=0, end=1) >= 0).reshape((-1, 1, 1, 1))
+            return _F.where(_F.broadcast_like(valid, out), out, _F.zeros_like(out))
+
+        roi_align.zeroes_skipped_rois = True
+        F.contrib.ROIAlign = roi_align
+
+
+@contextlib.contextmanager
+def builder_overrides(builder, overrides):
+    """GluonCV's predefined networks hand every setting to one builder function as literals
+    (``get_faster_rcnn(..., num_sample=512, ...)``), so a caller cannot change them through
+    ``get_model``. While a network is built, the builder ``(module, function name)`` gets
+    ``overrides`` in place of those settings (nothing changes when there are none)."""
+    if not builder or not overrides:
+        yield
+        return
+    import importlib
+
+    module = importlib.import_module(builder[0])
+    original = getattr(module, builder[1])
+
+    def build(*args, **kwargs):
+        return original(*args, **dict(kwargs, **overrides))
+
+    setattr(module, builder[1], build)
+    try:
+        yield
+    finally:
+        setattr(module, builder[1], original)
+
+
+@contextlib.contextmanager
+def backbone_batchnorm(frozen):
+    """GluonCV's predefined R-CNN networks build their ResNet backbones with frozen BatchNorm
+    (``use_global_stats=True``), which suits ImageNet weights. From scratch the statistics must be
+    learnt, or the backbone is an unnormalised deep net (a from-scratch Mask R-CNN diverged to NaN
+    within a few steps): while a network is built with ``frozen`` false, GluonCV's ResNet
+    constructors get ``use_global_stats=False`` (FPN backbones carry it into their symbol)."""
+    if frozen:
+        yield
+        return
+    from gluoncv.model_zoo import resnetv1b
+
+    names = [n for n in resnetv1b.__all__ if n.startswith("resnet")]
+    originals = {n: getattr(resnetv1b, n) for n in names}
+
+    def trainable(constructor):
+        def build(*args, **kwargs):
+            kwargs["use_global_stats"] = False
+            return constructor(*args, **kwargs)
+        return build
+
+    for name in names:
+        setattr(resnetv1b, name, trainable(originals[name]))
+    try:
+        yield
+    finally:
+        for name in names:
+            setattr(resnetv1b, name, originals[name])
 
 
 def initialize_new_parameters(net):

@@ -3,8 +3,10 @@
 ``write_report`` turns what the job already saved (``history.json``, ``validation.json``,
 ``classes.json``) into three files in the model directory:
 
-* ``training_curves.png``: the four losses per epoch, and mAP per validated epoch;
-* ``per_class_ap.md``: a Markdown table of AP per class with a final mAP row;
+* ``training_curves.png``: the family's losses per epoch, and mAP per validated epoch (Mask
+  R-CNN: box and mask mAP);
+* ``per_class_ap.md``: a Markdown table of AP per class with a final mAP row (Mask R-CNN: a box
+  AP and a mask AP column);
 * ``per_class_ap.csv``: the same table as CSV.
 
 Inputs are plain Python values; every file is written to a temporary name in the model directory
@@ -25,6 +27,10 @@ TABLE_CSV_FILE = "per_class_ap.csv"
 LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown", "tab:pink",
                 "tab:olive", "tab:cyan")
 MAP_COLOUR = "tab:purple"  # used by nothing else in the figure
+# The AP columns of the table and the score curves: (column, per-class key, headline key, colour);
+# a column is shown when the validation (or the history) has its headline.
+AP_COLUMNS = (("AP", "per_class", "mAP", MAP_COLOUR),
+              ("mask AP", "mask_per_class", "mask_mAP", "tab:gray"))
 
 
 def write_report(model_dir, history, validation, classes, loss_names=LOSS_KEYS):
@@ -38,11 +44,12 @@ def write_report(model_dir, history, validation, classes, loss_names=LOSS_KEYS):
     os.makedirs(model_dir, exist_ok=True)
     history = list(history or [])
     classes = list(classes or [])
-    rows = _ap_rows(validation, classes)
+    columns = [c for c in AP_COLUMNS if c[0] == "AP" or c[2] in (validation or {})]
+    rows = _ap_rows(validation, classes, columns)
     paths = [os.path.join(model_dir, name) for name in (CURVES_FILE, TABLE_MD_FILE, TABLE_CSV_FILE)]
     _atomic_write(paths[0], _curves_png(history, loss_names))
-    _atomic_write(paths[1], _markdown(rows, validation).encode("utf-8"))
-    _atomic_write(paths[2], _csv(rows, validation).encode("utf-8"))
+    _atomic_write(paths[1], _markdown(rows, validation, columns).encode("utf-8"))
+    _atomic_write(paths[2], _csv(rows, validation, columns).encode("utf-8"))
     return paths
 
 
@@ -55,11 +62,16 @@ def _number(value):
     return value if math.isfinite(value) else None
 
 
-def _ap_rows(validation, classes):
-    """[(class, AP or None)]: the training classes in order, then any other class validated."""
-    per_class = dict((validation or {}).get("per_class") or {})
-    names = list(classes) + [name for name in per_class if name not in classes]
-    return [(name, _number(per_class.get(name))) for name in names]
+def _ap_rows(validation, classes, columns):
+    """[(class, [AP or None per column])]: the training classes in order, then any other class
+    validated."""
+    tables = [dict((validation or {}).get(key) or {}) for _, key, _, _ in columns]
+    names = list(classes) + [name for name in tables[0] if name not in classes]
+    return [(name, [_number(table.get(name)) for table in tables]) for name in names]
+
+
+def _headlines(validation, columns):
+    return [_number((validation or {}).get(key)) for _, _, key, _ in columns]
 
 
 def _fmt(value):
@@ -70,27 +82,26 @@ def _md_cell(text):
     return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def _markdown(rows, validation):
+def _markdown(rows, validation, columns):
     lines = ["# Average precision per class", ""]
     if validation:
         lines.append("Validation after epoch %s on %s image(s)." % (validation.get("epoch", "?"),
                                                                    validation.get("images", "?")))
     else:
         lines.append("No validation result: the job did not validate.")
-    lines += ["", "| class | AP |", "| --- | ---: |"]
-    lines += ["| %s | %s |" % (_md_cell(name), _fmt(ap)) for name, ap in rows]
-    lines.append("| **mAP** | **%s** |" % _fmt(_number((validation or {}).get("mAP"))))
+    lines += ["", "| class | %s |" % " | ".join(c[0] for c in columns),
+              "| --- |" + " ---: |" * len(columns)]
+    lines += ["| %s | %s |" % (_md_cell(name), " | ".join(_fmt(ap) for ap in aps)) for name, aps in rows]
+    lines.append("| **mAP** | %s |" % " | ".join("**%s**" % _fmt(v) for v in _headlines(validation, columns)))
     return "\n".join(lines) + "\n"
 
 
-def _csv(rows, validation):
+def _csv(rows, validation, columns):
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["class", "AP"])
-    for name, ap in rows:
-        writer.writerow([name, "nan" if ap is None else repr(ap)])
-    overall = _number((validation or {}).get("mAP"))
-    writer.writerow(["mAP", "nan" if overall is None else repr(overall)])
+    writer.writerow(["class"] + [c[0] for c in columns])
+    for name, aps in rows + [("mAP", _headlines(validation, columns))]:
+        writer.writerow([name] + ["nan" if ap is None else repr(ap) for ap in aps])
     return out.getvalue()
 
 
@@ -117,12 +128,19 @@ def _curves_png(history, loss_names=LOSS_KEYS):
     else:
         losses.text(0.5, 0.5, "no epochs", ha="center", va="center", transform=losses.transAxes)
 
-    validated = [(e, _number(entry.get("mAP"))) for e, entry in zip(epochs, history)]
-    validated = [(e, m) for e, m in validated if m is not None]
-    if validated:
-        maps.plot([e for e, _ in validated], [m for _, m in validated], marker="o", color=MAP_COLOUR)
-        top = max(m for _, m in validated)
+    top, drawn = None, 0
+    for _, _, key, colour in AP_COLUMNS:
+        validated = [(e, _number(entry.get(key))) for e, entry in zip(epochs, history)]
+        validated = [(e, m) for e, m in validated if m is not None]
+        if validated:
+            maps.plot([e for e, _ in validated], [m for _, m in validated], marker="o",
+                      color=colour, label=key)
+            top = max([m for _, m in validated] + ([top] if top is not None else []))
+            drawn += 1
+    if top is not None:
         maps.set_ylim(0.0, max(0.05, min(1.0, top * 1.15)))
+        if drawn > 1:
+            maps.legend(fontsize="small")
     else:
         maps.text(0.5, 0.5, "no validated epoch", ha="center", va="center",
                   transform=maps.transAxes)

@@ -28,13 +28,24 @@ def optimizer_params(config, base_lr):
     return params
 
 
-def make_trainer(config, net, dist, base_lr, on_gpu):
+def init_amp(config, on_gpu):
+    """MXNet's automatic mixed precision (float16 where it is safe, as GluonCV's scripts use it):
+    ``amp.init()`` patches the operators, so it runs before the network is built; the trainer
+    then gets dynamic loss scaling (``make_trainer``) and the step scales its loss."""
+    if not config.amp:
+        return
+    if not on_gpu:
+        raise ConfigError("amp=true needs a GPU, and this job runs on CPU.",
+                          "set amp=false, or run on a GPU instance.")
+    from mxnet.contrib import amp
+
+    amp.init()
+
+
+def make_trainer(config, net, dist, base_lr):
     """SGD over the trainable parameters; Horovod's DistributedTrainer when there are ranks."""
     if config.no_wd:
         apply_no_wd(net)
-    if config.amp and not on_gpu:
-        raise ConfigError("amp=true needs a GPU, and this job runs on CPU.",
-                          "set amp=false, or run on a GPU instance.")
     trainer = dist.make_trainer(net.collect_train_params(), "sgd",
                                 optimizer_params(config, base_lr), config.kv_store)
     if config.amp:

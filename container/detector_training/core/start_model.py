@@ -3,8 +3,9 @@
 The channel holds that job's ``model.tar.gz`` (as SageMaker packs /opt/ml/model) or its files
 (``model-best.params`` or ``model.params``, with ``classes.json``). A tarball is extracted through
 :mod:`detector_training.data.archive` (the project's safe extraction), only the files needed here. With the
-same class list every parameter is loaded. With a different one the backbone, RPN and box head are
-reused and the class head is re-initialised for the new classes (GluonCV's ``reset_class``; rows of
+same class list every parameter is loaded. With a different one the backbone, RPN and box head (and
+a Mask R-CNN's mask head up to its last layer) are reused and the class head is re-initialised for
+the new classes (GluonCV's ``reset_class``; rows of
 classes both lists share, and the background, keep their trained weights). The log says what was
 reused.
 """
@@ -24,6 +25,9 @@ LOG = logging.getLogger(__name__)
 PARAMS_FILES = ("model-best.params", "model.params")  # in order of preference
 CLASSES_FILE = "classes.json"
 ARCHIVE_PATTERNS = ("*.tar.gz", "*.tgz", "*.tar")
+# The parameters shaped by the class list, which reset_class re-initialises (Mask R-CNN: and the
+# mask head's last convolution, one mask per class).
+CLASS_HEADS = ("class_predictor", "box_predictor", "mask.mask.")
 
 
 def start_from_channel(net, channel, ctx):
@@ -133,10 +137,9 @@ def load_start_model(net, params_path, saved_classes, ctx):
         kept_rows = [c for c in new_classes if c in saved_classes]
         _forget_target_generator(net)
         net.reset_class(new_classes, reuse_weights=list(kept_rows) or None)
-    head = ("class_predictor", "box_predictor")
     return {"path": params_path, "saved_classes": saved_classes, "classes": new_classes,
-            "reused": [n for n in reused if not (differ and n.startswith(head))],
-            "reinitialised": [n for n in own if differ and n.startswith(head)],
+            "reused": [n for n in reused if not (differ and n.startswith(CLASS_HEADS))],
+            "reinitialised": [n for n in own if differ and n.startswith(CLASS_HEADS)],
             "mismatched": mismatched, "unused": [n for n in saved if n not in own],
             "kept_rows": kept_rows, "total": len(own)}
 
@@ -155,8 +158,8 @@ def _forget_target_generator(net):
 
 def _blocks(names):
     counts = {}
-    for name in names:
-        block = name.split(".")[0]
+    for name in names:  # a block by its first name, a class head by its own (mask.mask)
+        block = next((h.rstrip(".") for h in CLASS_HEADS if name.startswith(h)), name.split(".")[0])
         counts[block] = counts.get(block, 0) + 1
     return ", ".join("%s (%d)" % item for item in counts.items()) or "none"
 

@@ -6,7 +6,9 @@ GluonCV's ``COCODetection`` accepts only COCO's 80 category names and finds ever
 come from the JSON (COCO's own 80 for COCO; a labelling tool's export has its own), ``classes`` may
 pick a subset, and an image is found by ``file_name`` under the split's folder when there is no
 ``coco_url``. The annotations are restricted to the chosen categories before GluonCV's COCO metric
-sees them, so the metric scores exactly the classes trained.
+sees them, so the metric scores exactly the classes trained. :class:`CocoFormatInstance` is
+GluonCV's ``COCOInstance`` made the same way, with each object's mask (polygons or RLE) for the
+Mask R-CNN family.
 """
 
 import contextlib
@@ -143,6 +145,45 @@ def coco_api(document):
     return coco
 
 
+def load_splits(reader, read_objects):
+    """What both readers load from their splits: the categories (all of the first split's, or those
+    requested), each split's document restricted to them, and every image found on disk with its
+    objects. ``read_objects(coco, entry)`` returns an image's objects, or None to leave the image
+    out. Returns (image paths, objects, width/height ratios, (image id, width, height) per image)."""
+    items, objects, ratios, images = [], [], [], []
+    for split in reader._splits:  # pylint: disable=protected-access
+        path = annotation_file(reader._root, split)  # pylint: disable=protected-access
+        document = read_document(path)
+        if not reader._classes:  # pylint: disable=protected-access
+            reader._classes = choose_classes(category_names(document, path), reader._requested, path)  # pylint: disable=protected-access
+        document = restricted(document, reader._classes, path)  # pylint: disable=protected-access
+        coco = coco_api(document)
+        reader._coco.append(coco)  # pylint: disable=protected-access
+        by_name = {c["name"]: c["id"] for c in document["categories"]}
+        reader.json_id_to_contiguous = {by_name[name]: i for i, name in enumerate(reader.classes)}
+        reader.contiguous_id_to_json = {i: j for j, i in reader.json_id_to_contiguous.items()}
+        missing = []
+        for entry in coco.loadImgs(sorted(coco.getImgIds())):
+            candidates = image_paths(reader._root, split, entry)  # pylint: disable=protected-access
+            found = next((p for p in candidates if os.path.isfile(p)), None)
+            if found is None:
+                missing.append(candidates[0])
+                continue
+            found_objects = read_objects(coco, entry, path)
+            if found_objects is None:
+                continue
+            ratios.append(float(entry["width"]) / entry["height"])
+            items.append(found)
+            objects.append(found_objects)
+            images.append((entry["id"], entry["width"], entry["height"]))
+        if missing:
+            raise DataError("%d image(s) of %s are missing, e.g. %s." % (
+                len(missing), path, ", ".join(missing[:3])),
+                "put each image under the split's folder (%s/) by its file_name, or "
+                "remove its entry from the JSON." % split_folder(split))
+    return items, objects, ratios, images
+
+
 def coco_dataset_class():
     from gluoncv.data import COCODetection
 
@@ -162,37 +203,119 @@ def coco_dataset_class():
             return self._classes
 
         def _load_jsons(self):
-            items, labels, ratios = [], [], []
-            for split in self._splits:
-                path = annotation_file(self._root, split)
-                document = read_document(path)
-                if not self._classes:
-                    self._classes = choose_classes(category_names(document, path), self._requested, path)
-                document = restricted(document, self._classes, path)
-                coco = coco_api(document)
-                self._coco.append(coco)
-                by_name = {c["name"]: c["id"] for c in document["categories"]}
-                self.json_id_to_contiguous = {by_name[name]: i for i, name in enumerate(self._classes)}
-                self.contiguous_id_to_json = {i: j for j, i in self.json_id_to_contiguous.items()}
-                missing = []
-                for entry in coco.loadImgs(sorted(coco.getImgIds())):
-                    candidates = image_paths(self._root, split, entry)
-                    found = next((p for p in candidates if os.path.isfile(p)), None)
-                    if found is None:
-                        missing.append(candidates[0])
-                        continue
-                    label = self._check_load_bbox(coco, entry)
-                    if not label:
-                        continue
-                    ratios.append(float(entry["width"]) / entry["height"])
-                    items.append(found)
-                    labels.append(label)
-                if missing:
-                    raise DataError("%d image(s) of %s are missing, e.g. %s." % (
-                        len(missing), path, ", ".join(missing[:3])),
-                        "put each image under the split's folder (%s/) by its file_name, or "
-                        "remove its entry from the JSON." % split_folder(split))
+            # GluonCV's box reader gives an image without objects [] (a placeholder row when
+            # skip_empty is off); an empty list leaves the image out.
+            items, labels, ratios, _ = load_splits(
+                self, lambda coco, entry, _path: self._check_load_bbox(coco, entry) or None)
             return items, labels, ratios
 
     return CocoFormatDetection
 
+
+def coco_instance_class():
+    from gluoncv.data import COCOInstance
+
+    class CocoFormatInstance(COCOInstance):
+        """GluonCV's COCO instance reader (boxes and polygons, what its Mask R-CNN transforms
+        take) for any COCO-format file, like CocoFormatDetection. Masks may be polygons or RLE
+        (see :func:`polygons`); ``images`` holds (image id, width, height) of every item, which
+        validation needs to fill and encode predicted masks at image size."""
+
+        CLASSES = ()
+
+        def __init__(self, root, splits, classes=(), **kwargs):
+            self._requested = tuple(classes)
+            self._classes = ()
+            self.images = []
+            super().__init__(root=root, splits=splits, **kwargs)
+
+        @property
+        def classes(self):
+            return self._classes
+
+        def _load_jsons(self):
+            items, objects, ratios, self.images = load_splits(self, self._instances)
+            labels = [labels for labels, _ in objects]
+            segms = [segms for _, segms in objects]
+            return items, labels, segms, ratios
+
+        def _instances(self, coco, entry, path):
+            """(boxes with class ids as float32 rows, polygons per object) of one image, GluonCV's
+            rules: crowd and ignored objects, and boxes under 2x2 pixels or area <= min_object_area
+            are left out. None (image left out) when nothing is left and empty images are skipped;
+            (None, None) when they are kept (validation: GluonCV's val transform drops labels)."""
+            import numpy as np
+
+            width, height = entry["width"], entry["height"]
+            boxes, segms = [], []
+            for ann in coco.loadAnns(coco.getAnnIds(imgIds=entry["id"], iscrowd=None)):
+                kind = mask_kind(ann, height, width, path)  # all checked: the evaluation reads all
+                if ann.get("ignore", 0) == 1 or ann.get("iscrowd", 0) == 1:
+                    continue  # crowd regions train no mask; the evaluation ignores them
+                x, y, w, h = ann["bbox"]
+                x1, y1 = min(width, max(0.0, x)), min(height, max(0.0, y))
+                x2, y2 = min(width, max(0.0, x + max(0.0, w))), min(height, max(0.0, y + max(0.0, h)))
+                if ann["area"] <= self._min_object_area or x2 <= x1 or y2 <= y1 \
+                        or (x2 - x1) * (y2 - y1) < 4:
+                    continue
+                rings = polygons(ann["segmentation"], kind, height, width)
+                if not rings:
+                    continue  # only polygons under 3 points (GluonCV drops those)
+                boxes.append([x1, y1, x2, y2, self.json_id_to_contiguous[ann["category_id"]]])
+                segms.append(rings)
+            if not boxes:
+                return None if self._skip_empty else (None, None)
+            return np.asarray(boxes, dtype="float32"), segms
+
+    return CocoFormatInstance
+
+
+def mask_kind(ann, height, width, path):
+    """'polygons' or 'rle' for an annotation's ``segmentation``; a DataError naming the annotation
+    when it has none a Mask R-CNN can use, or an RLE of another size than its image."""
+    segmentation = ann.get("segmentation")
+    if isinstance(segmentation, list) and segmentation and all(
+            isinstance(p, list) and len(p) % 2 == 0
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p)
+            for p in segmentation):
+        return "polygons"
+    if isinstance(segmentation, dict) and isinstance(segmentation.get("counts"), (str, list)) \
+            and isinstance(segmentation.get("size"), list) and len(segmentation["size"]) == 2:
+        if list(segmentation["size"]) != [height, width]:
+            raise DataError("%s: annotation %s has an RLE mask of size %s (height, width), but its "
+                            "image is %dx%d." % (path, ann.get("id"), segmentation["size"], height,
+                                                 width),
+                            "export the masks at the size of their images.")
+        return "rle"
+    raise DataError("%s: annotation %s has no usable 'segmentation' (%s); a Mask R-CNN network "
+                    "needs every object's mask, as polygons or RLE." % (
+                        path, ann.get("id"), json.dumps(segmentation)[:120]),
+                    "export the annotations with their masks (COCO 'segmentation'), or train a "
+                    "faster_rcnn_* network on the boxes.")
+
+
+def polygons(segmentation, kind, height, width):
+    """A mask as GluonCV's transforms take it: a list of (N, 2) float32 polygons.
+
+    COCO's polygons (lists of x, y pairs) are used as they are (those under 3 points dropped, as
+    GluonCV does); RLE, compressed (``counts`` a string) or not (a list, as labelling tools
+    write), is decoded and traced into the outer contour of each of its regions (OpenCV), so
+    holes are filled."""
+    import numpy as np
+
+    if kind == "polygons":
+        return [np.asarray(p, dtype="float32").reshape(-1, 2) for p in segmentation if len(p) >= 6]
+    return rle_polygons(segmentation, height, width)
+
+
+def rle_polygons(rle, height, width):
+    """The outer contours of an RLE mask, as polygons through the boundary pixels' centres."""
+    import cv2
+    import numpy as np
+    import pycocotools.mask as cocomask
+
+    if isinstance(rle["counts"], list):
+        rle = cocomask.frPyObjects(rle, height, width)
+    mask = np.ascontiguousarray(cocomask.decode(rle), dtype=np.uint8)
+    contours, _ = cv2.findContours(mask, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    return [c.reshape(-1, 2).astype("float32") + 0.5 for c in contours if len(c) >= 3]

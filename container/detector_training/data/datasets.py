@@ -222,10 +222,11 @@ def _voc_dataset(devkit, splits, classes, what):
     return SubsetDataset(dataset, keep, paths), items
 
 
-def build_datasets(config, data_root):
-    """Training and validation datasets for the configured dataset kind."""
+def build_datasets(config, data_root, instances=False):
+    """Training and validation datasets for the configured dataset kind; ``instances``: COCO-format
+    data with each object's mask (a family that segments asks for them)."""
     if config.dataset == "coco":
-        return _coco_datasets(config, data_root)
+        return _coco_datasets(config, data_root, instances)
     train_splits = voc_splits(config.train_splits)
     val_splits = voc_splits(config.val_splits)
     years = sorted({y for y, _ in train_splits + val_splits})
@@ -243,15 +244,18 @@ def build_datasets(config, data_root):
                     val_aspect_ratios=voc_aspect_ratios(val_items))
 
 
-def _coco_datasets(config, data_root):
+def _coco_datasets(config, data_root, instances=False):
     """COCO-format data (see coco_format.py): the training images that have objects of the chosen
-    categories; every validation image, in id order, as GluonCV's COCO metric expects."""
-    from detector_training.data.coco_format import coco_dataset_class, find_coco_root
+    categories; every validation image, in id order, as GluonCV's COCO metrics expect. With
+    ``instances``, objects carry their masks (GluonCV's COCOInstance layout)."""
+    from detector_training.data.coco_format import (coco_dataset_class, coco_instance_class,
+                                                    find_coco_root)
 
     train_splits, val_splits = list(config.train_splits), list(config.val_splits)
     root = find_coco_root(data_root, train_splits[0])
-    cls = coco_dataset_class()
-    train = cls(root, train_splits, config.classes, use_crowd=False)
+    cls = coco_instance_class() if instances else coco_dataset_class()
+    # Crowd boxes are left out of training (the instance reader always leaves them out).
+    train = cls(root, train_splits, config.classes, **({} if instances else {"use_crowd": False}))
     if not len(train):
         raise DataError("no training image in %s has an object of the classes %s."
                         % (",".join(train_splits), ", ".join(train.classes)),

@@ -5,14 +5,16 @@ under ``train2017/`` and ``val2017/`` (so the COCO presets' split names work unc
 same shapes as :mod:`detector_training.data.synthetic_voc`. Like a labelling tool's export it has categories of
 its own (ids 1, 3, 5: not contiguous, not COCO's 80); training entries name their image with
 ``file_name`` only, validation entries also carry a ``coco_url`` (as COCO's own files do), and the
-last validation image has no object at all.
+last validation image has no object at all. Every object has its instance mask: the outline of
+its shape as a polygon, or (one training image in three) as compressed RLE, the way labelling
+tools export brush masks; so the same data trains Faster R-CNN (boxes) and Mask R-CNN (masks).
 """
 
 import json
 import os
 import random
 
-from detector_training.data.synthetic_voc import SHAPES, _background, make_image
+from detector_training.data.synthetic_voc import SHAPES, _background, make_image, shape_of, shape_polygon
 
 TRAIN_SPLIT = "instances_train2017"
 VAL_SPLIT = "instances_val2017"
@@ -22,8 +24,27 @@ def category_ids(classes):
     return [2 * i + 1 for i in range(len(classes))]
 
 
-def write_split(root, split, count, classes, rng, with_url=False, empty_last=False, first_id=1):
-    """Write ``count`` images under ``root/<folder>`` and ``annotations/<split>.json``."""
+def polygon_area(polygon):
+    """The area inside a polygon (COCO's ``area`` of an object is its mask's)."""
+    return round(abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1)
+                         in zip(polygon, polygon[1:] + polygon[:1]))) / 2.0, 2)
+
+
+def segmentation(polygon, width, height, rle=False):
+    """A COCO ``segmentation``: [x0, y0, x1, y1, ...] as one polygon, or its compressed RLE."""
+    flat = [round(float(v), 2) for point in polygon for v in point]
+    if not rle:
+        return [flat]
+    import pycocotools.mask as cocomask
+
+    encoded = cocomask.merge(cocomask.frPyObjects([flat], height, width))
+    return {"size": [height, width], "counts": encoded["counts"].decode("ascii")}
+
+
+def write_split(root, split, count, classes, rng, with_url=False, empty_last=False, first_id=1,
+                rle_every=0):
+    """Write ``count`` images under ``root/<folder>`` and ``annotations/<split>.json``; with
+    ``rle_every`` n, the masks of every n-th image are RLE."""
     folder = split.split("_", 1)[1] if split.startswith("instances_") else split
     os.makedirs(os.path.join(root, folder), exist_ok=True)
     os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
@@ -42,11 +63,14 @@ def write_split(root, split, count, classes, rng, with_url=False, empty_last=Fal
         if with_url:
             entry["coco_url"] = "http://images.example.invalid/%s/%s" % (folder, name)
         images.append(entry)
+        rle = bool(rle_every) and n % rle_every == rle_every - 1
         for cls, x0, y0, x1, y1 in objects:  # pixel-inclusive corners -> COCO [x, y, w, h]
             w, h = x1 - x0 + 1, y1 - y0 + 1
+            polygon = shape_polygon(shape_of(cls, classes), (x0, y0, x1, y1))
             annotations.append({"id": len(annotations) + 1, "image_id": image_id,
-                                "category_id": ids[cls], "bbox": [x0, y0, w, h], "area": w * h,
-                                "iscrowd": 0, "segmentation": []})
+                                "category_id": ids[cls], "bbox": [x0, y0, w, h],
+                                "area": polygon_area(polygon), "iscrowd": 0,
+                                "segmentation": segmentation(polygon, img.width, img.height, rle)})
     document = {"info": {"description": "generated shapes"}, "licenses": [], "images": images,
                 "annotations": annotations,
                 "categories": [{"id": ids[c], "name": c, "supercategory": "shape"} for c in classes]}
@@ -58,7 +82,7 @@ def write_split(root, split, count, classes, rng, with_url=False, empty_last=Fal
 def generate(root, n_train=48, n_val=24, classes=SHAPES, seed=0):
     """Create the COCO-layout dataset under ``root`` and return ``root``."""
     rng = random.Random(seed)
-    write_split(root, TRAIN_SPLIT, n_train, classes, rng)
+    write_split(root, TRAIN_SPLIT, n_train, classes, rng, rle_every=3)
     write_split(root, VAL_SPLIT, n_val, classes, rng, with_url=True, empty_last=n_val > 1,
                 first_id=100000)
     return root

@@ -46,8 +46,28 @@ def _draw(draw, shape, box, colour):
         draw.polygon([((x0 + x1) / 2.0, y0), (x1, y1), (x0, y1)], fill=colour)
 
 
+def shape_polygon(shape, box, points=32):
+    """The outline _draw fills for ``box`` (pixel-inclusive corners), as [(x, y)] in COCO's
+    continuous coordinates (pixel i spans [i, i + 1)); circles as a ``points``-gon."""
+    import math
+
+    x0, y0, x1, y1 = box
+    if shape == "circle":
+        cx, cy, rx, ry = (x0 + x1 + 1) / 2.0, (y0 + y1 + 1) / 2.0, (x1 - x0 + 1) / 2.0, (y1 - y0 + 1) / 2.0
+        return [(cx + rx * math.cos(2 * math.pi * k / points), cy + ry * math.sin(2 * math.pi * k / points))
+                for k in range(points)]
+    if shape == "square":
+        return [(x0, y0), (x1 + 1, y0), (x1 + 1, y1 + 1), (x0, y1 + 1)]
+    return [((x0 + x1 + 1) / 2.0, y0), (x1 + 1, y1 + 1), (x0, y1 + 1)]
+
+
 def _overlaps(box, boxes):
     return any(not (box[2] < b[0] or b[2] < box[0] or box[3] < b[1] or b[3] < box[1]) for b in boxes)
+
+
+def shape_of(name, classes):
+    """The shape a class is drawn as."""
+    return SHAPES[list(classes).index(name) % len(SHAPES)]
 
 
 def make_image(rng, classes):
@@ -68,7 +88,7 @@ def make_image(rng, classes):
             continue
         name = rng.choice(classes)
         colour = tuple(rng.randint(0, 255) for _ in range(3))
-        _draw(draw, SHAPES[classes.index(name) % len(SHAPES)], box, colour)
+        _draw(draw, shape_of(name, classes), box, colour)
         boxes.append(box)
         objects.append((name,) + box)
     return img, objects

@@ -5,6 +5,8 @@ Horovod, checkpoints, hooks, stop/resume and failure handling are shared (core/,
 What differs between Faster R-CNN, Mask R-CNN and YOLOv3 is what a family module says by
 subclassing :class:`DetectorFamily`:
 
+* ``read_datasets``: the training and validation data in the form the family trains on (boxes;
+  Mask R-CNN: boxes and masks);
 * ``build_network``: the network by its model-zoo name, on the job's classes;
 * ``fit_to_data``: adjustments the data asks for before training (e.g. RPN proposal counts for
   small images), returned as a JSON-able dict that ``export`` gets back;
@@ -14,7 +16,9 @@ subclassing :class:`DetectorFamily`:
   engine's sums (names in ``loss_names`` and ``metric_names``, which the log lines and the
   SageMaker metric definitions use);
 * ``detect`` / ``evaluate``: a rank's detections on its validation shard (small, picklable), and
-  the score of every rank's detections together (run on every rank, same number everywhere);
+  the score of every rank's detections together (run on every rank, same number everywhere):
+  the scores named in ``score_names`` (logged and kept per epoch), ``objective`` the one the best
+  model is chosen by, and ``per_class``;
 * ``export``: the deployable symbol/params pair.
 
 A new family is one module here that subclasses DetectorFamily, plus its networks in
@@ -22,15 +26,22 @@ A new family is one module here that subclasses DetectorFamily, plus its network
 its entry in ``families/__init__.py``'s ``FAMILIES``.
 """
 
+from detector_training.data.datasets import build_datasets
+
 
 class DetectorFamily:
     name = ""
     loss_names = ()  # summed into the total loss; NaN/inf in any of them stops the job
     metric_names = ()  # logged beside the losses (accuracies, L1 terms)
+    score_names = ("mAP", "AP50")  # validation scores (fractions), in the order they are logged
+    objective = "mAP"  # the validation score the best model is chosen by
 
     @property
     def log_names(self):
         return tuple(self.loss_names) + tuple(self.metric_names)
+
+    def read_datasets(self, config, root):
+        return build_datasets(config, root)
 
     def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
         raise NotImplementedError
@@ -57,7 +68,7 @@ class DetectorFamily:
     def make_step(self, net, config, ctx, amp_trainer=None):
         raise NotImplementedError
 
-    def detect(self, net, loader, indices, ctx):
+    def detect(self, net, loader, indices, ctx, datasets):
         raise NotImplementedError
 
     def evaluate(self, config, datasets, gathered, scratch_dir):

@@ -25,33 +25,54 @@ class FasterRCNN(DetectorFamily):
     name = "faster_rcnn"
     loss_names = LOSS_NAMES
     metric_names = METRIC_NAMES
+    # The function GluonCV's predefined networks (and ours) hand their settings to.
+    zoo_builder = ("gluoncv.model_zoo.rcnn.faster_rcnn.predefined_models", "get_faster_rcnn")
 
     def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
+        overrides = {"num_sample": config.rcnn_num_samples} if config.rcnn_num_samples else None
         return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
-                                 own_networks=OWN_NETWORKS, per_device_batch_size=per_rank_batch)
+                                 own_networks=OWN_NETWORKS, builder=self.zoo_builder,
+                                 overrides=overrides, per_device_batch_size=per_rank_batch)
 
     def fit_to_data(self, net, config, datasets):
         train_post, test_post = fit_proposals_to_images(net, config, datasets)
+        self.set_proposal_counts(net, train_post, test_post)
         return {"rpn_post_nms": [train_post, test_post]}
 
-    def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
-        from gluoncv.data.batchify import FasterRCNNTrainBatchify
-        from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultTrainTransform
+    @staticmethod
+    def set_proposal_counts(net, train_post, test_post):
+        """Set the RPN's post-NMS proposal counts (training, testing) everywhere the network reads
+        them."""
+        net.rpn._train_post_nms = train_post  # pylint: disable=protected-access
+        net.rpn._test_post_nms = test_post  # pylint: disable=protected-access
+        net._rpn_test_post_nms = test_post  # pylint: disable=protected-access  (RoIs per test image)
+        net.sampler._num_proposal = train_post  # pylint: disable=protected-access
 
+    def presets(self):
+        """GluonCV's (train transform, train batchify, val transform) for this family, and how
+        many arrays the val transform gives per image (image, label, scale)."""
+        from gluoncv.data.batchify import FasterRCNNTrainBatchify
+        from gluoncv.data.transforms.presets.rcnn import (FasterRCNNDefaultTrainTransform,
+                                                          FasterRCNNDefaultValTransform)
+
+        return (FasterRCNNDefaultTrainTransform, FasterRCNNTrainBatchify,
+                FasterRCNNDefaultValTransform, 3)
+
+    def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
+        train_transform, batchify, _, _ = self.presets()
         short, _, max_size = self.image_sizes(config, net)
-        transform = FasterRCNNDefaultTrainTransform(
-            short if len(short) > 1 else short[0], max_size, net, ashape=net.ashape,
-            multi_stage=config.use_fpn)
+        transform = train_transform(short if len(short) > 1 else short[0], max_size, net,
+                                    ashape=net.ashape, multi_stage=config.use_fpn)
         return shard_loader(config, datasets, world, per_rank_batch, steps, transform,
-                            FasterRCNNTrainBatchify(net, 1), num_workers)
+                            batchify(net, 1), num_workers)
 
     def val_loader(self, config, net, datasets, world, num_workers):
         from gluoncv.data.batchify import Append, Tuple
-        from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultValTransform
 
+        _, _, val_transform, fields = self.presets()
         _, val_short, max_size = self.image_sizes(config, net)
-        return val_shard_loader(datasets, world, FasterRCNNDefaultValTransform(val_short, max_size),
-                                Tuple(*[Append() for _ in range(3)]), num_workers)
+        return val_shard_loader(datasets, world, val_transform(val_short, max_size),
+                                Tuple(*[Append() for _ in range(fields)]), num_workers)
 
     def materialize(self, net, batch, ctx):
         from mxnet import autograd
@@ -64,7 +85,7 @@ class FasterRCNN(DetectorFamily):
     def make_step(self, net, config, ctx, amp_trainer=None):
         return FasterRCNNStep(net, config, ctx, amp_trainer=amp_trainer)
 
-    def detect(self, net, loader, indices, ctx):
+    def detect(self, net, loader, indices, ctx, datasets):
         return detect_boxes(net, loader, indices, ctx)
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
@@ -76,7 +97,7 @@ class FasterRCNN(DetectorFamily):
         import mxnet as mx
 
         net = self.build_network(config, classes, 1, False, None, mx.cpu())
-        set_proposal_counts(net, *fitted["rpn_post_nms"])
+        self.set_proposal_counts(net, *fitted["rpn_post_nms"])
         net.load_parameters(params_path, ctx=mx.cpu(), ignore_extra=True)  # training-only encoders
         net.hybridize()
         _, short, max_size = self.image_sizes(config, net)
@@ -87,7 +108,7 @@ class FasterRCNN(DetectorFamily):
 def faster_rcnn_resnet18_v1b_voc(pretrained_base=True, per_device_batch_size=1, **kwargs):
     """A small Faster R-CNN of ours (not in GluonCV's zoo): ResNet-18 v1b C4 backbone, 7x7 RoIAlign
     and 64 sampled RoIs, so CPU jobs and tests train in minutes. Same detector code as the others."""
-    from gluoncv.model_zoo.rcnn.faster_rcnn.faster_rcnn import get_faster_rcnn
+    from gluoncv.model_zoo.rcnn.faster_rcnn import predefined_models as zoo  # zoo_builder's module
     from gluoncv.model_zoo.resnetv1b import resnet18_v1b
     from gluoncv.data import VOCDetection
     from mxnet.gluon import nn
@@ -100,7 +121,7 @@ def faster_rcnn_resnet18_v1b_voc(pretrained_base=True, per_device_batch_size=1, 
     for layer in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3"):
         features.add(getattr(base, layer))
     top_features.add(base.layer4)
-    return get_faster_rcnn(
+    return zoo.get_faster_rcnn(
         name="resnet18_v1b", dataset="voc", pretrained=False, features=features,
         top_features=top_features, classes=VOCDetection.CLASSES, short=600, max_size=1000,
         train_patterns="|".join([".*dense", ".*rpn", ".*down(2|3|4)_conv", ".*layers(2|3|4)_conv"])
@@ -170,7 +191,8 @@ def fit_proposals_to_images(net, config, datasets):
     axis_size is 720"). Small images therefore get counts capped at what the smallest training and
     validation images (given the datasets' aspect ratios) have; the cap is logged. When training
     images are too small even for the RoIs the network samples per image, a ConfigError names
-    short/max_size and the smallest size that works. Returns the capped (train, test) counts.
+    short/max_size and the smallest size that works. Returns the capped (train, test) counts,
+    which the family sets on the network.
     """
     train_shorts, val_short, max_size = FasterRCNN().image_sizes(config, net)
     count = anchor_counter(net)
@@ -184,8 +206,9 @@ def fit_proposals_to_images(net, config, datasets):
             "pixels, which gives its RPN %d anchors, fewer than the %d regions the network samples "
             "per image." % (",".join(map(str, train_shorts)), max_size, config.network,
                             train_hw[1], train_hw[0], train_anchors, needed),
-            "set %s." % _smallest_working_size(count, datasets.aspect_ratios, min(train_shorts),
-                                                max_size, needed))
+            "set %s, or sample fewer regions with rcnn_num_samples."
+            % _smallest_working_size(count, datasets.aspect_ratios, min(train_shorts), max_size,
+                                     needed))
     train_post = min(rpn._train_post_nms, train_anchors)  # pylint: disable=protected-access
     test_post = min(rpn._test_post_nms, val_anchors)  # pylint: disable=protected-access
     if (train_post, test_post) != (rpn._train_post_nms, rpn._test_post_nms):  # pylint: disable=protected-access
@@ -193,16 +216,7 @@ def fit_proposals_to_images(net, config, datasets):
                  "(training %dx%d: %d anchors, validation %dx%d: %d anchors): training %d -> %d, "
                  "testing %d -> %d", train_hw[1], train_hw[0], train_anchors, val_hw[1], val_hw[0],
                  val_anchors, rpn._train_post_nms, train_post, rpn._test_post_nms, test_post)  # pylint: disable=protected-access
-    set_proposal_counts(net, train_post, test_post)
     return train_post, test_post
-
-
-def set_proposal_counts(net, train_post, test_post):
-    """Set the RPN's post-NMS proposal counts (training, testing) everywhere the network reads them."""
-    net.rpn._train_post_nms = train_post  # pylint: disable=protected-access
-    net.rpn._test_post_nms = test_post  # pylint: disable=protected-access
-    net._rpn_test_post_nms = test_post  # pylint: disable=protected-access  (RoIs per test image)
-    net.sampler._num_proposal = train_post  # pylint: disable=protected-access
 
 
 def _smallest_working_size(count, aspect_ratios, short, max_size, needed):
@@ -218,7 +232,7 @@ def _smallest_working_size(count, aspect_ratios, short, max_size, needed):
 
 class FasterRCNNStep:
     """Forward, the four losses, backward (GluonCV's ForwardBackwardTask); the optimizer update is
-    the engine's. ``mix_ratio`` weights the losses under mixup."""
+    the engine's. ``mix_ratio`` weights the losses under mixup. Mask R-CNN's step extends it."""
 
     def __init__(self, net, config, ctx, mix_ratio=1.0, amp_trainer=None):
         import mxnet as mx
@@ -232,45 +246,66 @@ class FasterRCNNStep:
         self.rcnn_cls_loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
         self.rcnn_box_loss = mx.gluon.loss.HuberLoss(rho=config.rcnn_smoothl1_rho)
 
+    def load(self, batch):
+        # GluonCV's R-CNN batchify: images, labels (and masks) as arrays, targets as 1-tuples.
+        return [(part[0] if isinstance(part, (list, tuple)) else part).as_in_context(self.ctx)
+                for part in batch]
+
     def __call__(self, batch, sums):
         """Run forward and backward on one batch; add losses and metric inputs to ``sums``."""
-        import mxnet as mx
         from mxnet import autograd
 
-        # FasterRCNNTrainBatchify(net, 1): images and labels come as arrays, targets as 1-tuples.
-        data, label, rpn_cls_targets, rpn_box_targets, rpn_box_masks = [
-            (part[0] if isinstance(part, (list, tuple)) else part).as_in_context(self.ctx)
-            for part in batch]
+        data, label, *rpn_targets = self.load(batch)
         with autograd.record():
-            gt_label = label[:, :, 4:5]
-            gt_box = label[:, :, :4]
             (cls_pred, box_pred, _roi, _samples, _matches, rpn_score, rpn_box, _anchors,
-             cls_targets, box_targets, box_masks, _indices) = self.net(data, gt_box, gt_label)
-            rpn_score = rpn_score.squeeze(axis=-1)
-            num_rpn_pos = (rpn_cls_targets >= 0).sum()
-            rpn_loss1 = self.rpn_cls_loss(rpn_score, rpn_cls_targets, rpn_cls_targets >= 0) \
-                * rpn_cls_targets.size / num_rpn_pos
-            rpn_loss2 = self.rpn_box_loss(rpn_box, rpn_box_targets, rpn_box_masks) \
-                * rpn_box.size / num_rpn_pos
-            num_rcnn_pos = (cls_targets >= 0).sum()
-            rcnn_loss1 = self.rcnn_cls_loss(cls_pred, cls_targets, cls_targets.expand_dims(-1) >= 0) \
-                * cls_targets.size / num_rcnn_pos
-            rcnn_loss2 = self.rcnn_box_loss(box_pred, box_targets, box_masks) \
-                * box_pred.size / num_rcnn_pos
-            total = (rpn_loss1.sum() + rpn_loss2.sum() + rcnn_loss1.sum() + rcnn_loss2.sum()) \
-                * self.mix_ratio
-            if self.amp_trainer is not None:
-                from mxnet.contrib import amp
+             cls_targets, box_targets, box_masks, _indices) = self.net(data, label[:, :, :4],
+                                                                       label[:, :, 4:5])
+            outputs = (rpn_score.squeeze(axis=-1), rpn_box, cls_pred, box_pred)
+            rcnn_targets = (cls_targets, box_targets, box_masks)
+            losses = self.box_losses(outputs, rpn_targets, rcnn_targets)
+            self.backward(losses)
+        self.add_box_metrics(sums, losses, outputs, rpn_targets, rcnn_targets)
+        return int(data.shape[0])
 
-                with amp.scale_loss(total, self.amp_trainer) as scaled:
-                    autograd.backward(scaled)
-            else:
-                autograd.backward(total)
+    def box_losses(self, outputs, rpn_targets, rcnn_targets):
+        """The RPN's and the R-CNN head's losses, each normalised by its positive samples."""
+        rpn_score, rpn_box, cls_pred, box_pred = outputs
+        rpn_cls_targets, rpn_box_targets, rpn_box_masks = rpn_targets
+        cls_targets, box_targets, box_masks = rcnn_targets
+        num_rpn_pos = (rpn_cls_targets >= 0).sum()
+        rpn_loss1 = self.rpn_cls_loss(rpn_score, rpn_cls_targets, rpn_cls_targets >= 0) \
+            * rpn_cls_targets.size / num_rpn_pos
+        rpn_loss2 = self.rpn_box_loss(rpn_box, rpn_box_targets, rpn_box_masks) \
+            * rpn_box.size / num_rpn_pos
+        num_rcnn_pos = (cls_targets >= 0).sum()
+        rcnn_loss1 = self.rcnn_cls_loss(cls_pred, cls_targets, cls_targets.expand_dims(-1) >= 0) \
+            * cls_targets.size / num_rcnn_pos
+        rcnn_loss2 = self.rcnn_box_loss(box_pred, box_targets, box_masks) \
+            * box_pred.size / num_rcnn_pos
+        return [rpn_loss1, rpn_loss2, rcnn_loss1, rcnn_loss2]
 
-        losses = [rpn_loss1, rpn_loss2, rcnn_loss1, rcnn_loss2]
+    def backward(self, losses):
+        from mxnet import autograd
+
+        total = sum(loss.sum() for loss in losses) * self.mix_ratio
+        if self.amp_trainer is not None:
+            from mxnet.contrib import amp
+
+            with amp.scale_loss(total, self.amp_trainer) as scaled:
+                autograd.backward(scaled)
+        else:
+            autograd.backward(total)
+
+    def add_box_metrics(self, sums, losses, outputs, rpn_targets, rcnn_targets):
+        """The four losses, and the accuracy and L1 metrics of GluonCV's RPNAccMetric,
+        RPNL1LossMetric, RCNNAccMetric and RCNNL1LossMetric."""
+        import mxnet as mx
+
+        rpn_score, rpn_box, cls_pred, box_pred = outputs
+        rpn_cls_targets, rpn_box_targets, rpn_box_masks = rpn_targets
+        cls_targets, box_targets, box_masks = rcnn_targets
         for name, loss in zip(LOSS_NAMES, losses):
             sums.add(name, loss.mean() * self.mix_ratio, 1)
-        # Accuracy and L1 metrics, as GluonCV's RPNAccMetric, RPNL1LossMetric, RCNN*Metric.
         rpn_weight = (rpn_cls_targets >= 0)
         rpn_pred = mx.nd.sigmoid(rpn_score) >= 0.5
         sums.add("rpn_acc", ((rpn_pred == rpn_cls_targets) * rpn_weight).sum(), rpn_weight.sum())
@@ -280,5 +315,3 @@ class FasterRCNNStep:
         sums.add("rcnn_acc", (rcnn_pred == cls_targets).sum(), cls_targets.size)
         sums.add("rcnn_l1", (box_masks * mx.nd.smooth_l1(box_pred - box_targets, scalar=1)).sum(),
                  box_masks.sum() / 4)
-        return int(data.shape[0])
-

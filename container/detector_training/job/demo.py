@@ -28,6 +28,33 @@ RUN_DEFAULTS = {
 }
 
 
+# ... and for a Mask R-CNN (``--set network=mask_rcnn_*``): GluonCV's ResNet-18 FPN network from
+# scratch on a generated COCO-format instance dataset (polygon and RLE masks), with fewer sampled
+# RoIs than its 512 so that a CPU epoch takes about a minute.
+FAMILY_RUN_DEFAULTS = {
+    "mask_rcnn": {
+        "network": "mask_rcnn_fpn_resnet18_v1b_coco",
+        "dataset": "coco",
+        "rcnn_num_samples": "128",
+        "batch_size": "2",
+        "epochs": "4",
+        "lr": "0.02",
+        "lr_base_batch_size": "2",
+        "lr_decay_epoch": "3",
+        "lr_warmup": "20",
+    },
+}
+
+
+def run_hyperparameters(overrides):
+    """RUN_DEFAULTS, the defaults of the family of the network asked for, then ``overrides``."""
+    from detector_training.core.config import NETWORKS, family_of
+
+    network = str(overrides.get("network", RUN_DEFAULTS["network"])).strip('"')
+    family = family_of(network) if network in NETWORKS else None
+    return {**RUN_DEFAULTS, **FAMILY_RUN_DEFAULTS.get(family, {}), **overrides}
+
+
 def prepare_run_tree(base, hyperparameters, n_train=48, n_test=24, n_train_2012=24, seed=0):
     """A SageMaker-style tree with generated data: a VOCdevkit in the 'voc' channel, or for
     dataset=coco a COCO-format dataset (own categories) in the 'coco' channel."""
@@ -52,15 +79,13 @@ def prepare_run_tree(base, hyperparameters, n_train=48, n_test=24, n_train_2012=
 
 def run_cli(argv=None):
     parser = argparse.ArgumentParser(
-        description="Generate a small VOC-format dataset and run the training job on it (CPU).")
+        description="Generate a small dataset (VOC-format; COCO-format with dataset=coco or a "
+                    "mask_rcnn_* network) and run the training job on it (CPU).")
     parser.add_argument("--output", default="out/run", help="directory for the job tree")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a hyperparameter (repeatable)")
     args = parser.parse_args(argv)
-    hyperparameters = dict(RUN_DEFAULTS)
-    for item in args.set:
-        key, _, value = item.partition("=")
-        hyperparameters[key] = value
+    hyperparameters = run_hyperparameters(dict(item.partition("=")[::2] for item in args.set))
     base = os.path.abspath(args.output)
     prepare_run_tree(base, hyperparameters)
     code = job_main(base)

@@ -5,7 +5,9 @@ Estimator. The regexes match with or without mpirun's ``[1,0]<stdout>:`` prefix 
 not anchored. Training metrics come from the per-epoch summary line (one point per epoch, global
 over all ranks); ``validation:mAP`` is the tuning objective: VOC07 mAP at IoU 0.5 for voc and
 custom, COCO's AP at IoU 0.50:0.95 for coco, always a fraction. ``validation:AP50`` is the AP at
-IoU 0.5 (for VOC the same number as the mAP).
+IoU 0.5 (for VOC the same number as the mAP). Mask R-CNN jobs add ``validation:mask_mAP`` and
+``validation:mask_AP50`` (COCO's mask AP); their ``validation:mAP`` is the box AP. The list holds
+every family's definitions; ``definitions_for(family)`` those a family's job writes lines for.
 """
 
 _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
@@ -15,8 +17,19 @@ _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
 TRAIN_METRICS = {
     "faster_rcnn": ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
                     "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1"),
+    "mask_rcnn": ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
+                  "rcnn_mask_loss", "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1", "mask_acc",
+                  "mask_fg_acc"),
+}
+# Each family's validation scores as its validation line names them, in that order (the
+# families' score_names; a test keeps the two equal).
+VALIDATION_SCORES = {
+    "faster_rcnn": ("mAP", "AP50"),
+    "mask_rcnn": ("mAP", "AP50", "mask_mAP", "mask_AP50"),
 }
 _TRAIN = tuple(dict.fromkeys(n for names in TRAIN_METRICS.values() for n in names))
+_SCORES = tuple(dict.fromkeys(n for names in VALIDATION_SCORES.values() for n in names))
+_COMMON = ("train:speed", "train:data_wait_pct", "train:lr")
 
 METRIC_DEFINITIONS = (
     [{"Name": "train:%s" % name, "Regex": r"\] summary: .* %s=%s" % (name, _NUMBER)} for name in _TRAIN]
@@ -24,9 +37,20 @@ METRIC_DEFINITIONS = (
         {"Name": "train:speed", "Regex": r"\] summary: time=\S+ speed=%s samples/s" % _NUMBER},
         {"Name": "train:data_wait_pct", "Regex": r"\] summary: .* data_wait=%s%%" % _NUMBER},
         {"Name": "train:lr", "Regex": r"\] summary: .* lr=%s" % _NUMBER},
-        {"Name": "validation:mAP", "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ mAP=%s" % _NUMBER},
-        {"Name": "validation:AP50", "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ mAP=\S+ AP50=%s" % _NUMBER},
     ]
+    # validation: epoch=3 images=24 time=10.2s mAP=0.2604 AP50=0.2604 [mask_mAP=... mask_AP50=...]
+    + [{"Name": "validation:%s" % name,
+        "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ %s%s=%s" % (
+            "".join(r"%s=\S+ " % before for before in _SCORES[:i]), name, _NUMBER)}
+       for i, name in enumerate(_SCORES)]
 )
 
 OBJECTIVE_METRIC = "validation:mAP"
+
+
+def definitions_for(family):
+    """The metric definitions whose lines a job of ``family`` writes (METRIC_DEFINITIONS holds
+    every family's, and the launcher sends them all)."""
+    names = set(_COMMON) | {"train:%s" % n for n in TRAIN_METRICS[family]} \
+        | {"validation:%s" % n for n in VALIDATION_SCORES[family]}
+    return [d for d in METRIC_DEFINITIONS if d["Name"] in names]
