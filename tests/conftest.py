@@ -1,6 +1,10 @@
+import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,6 +41,55 @@ def run_horovod_job(base, ranks=2, timeout=900):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     return result, result.stdout + result.stderr
+
+
+def train_env(base, **extra):
+    return dict(os.environ, SAGEMAKER_BASE_DIR=base, PYTHONUNBUFFERED="1", **extra)
+
+
+def wait_for(predicate, timeout, proc=None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        if proc is not None and proc.poll() is not None:
+            return predicate()
+        time.sleep(0.2)
+    return False
+
+
+def stop_mid_epoch_and_resume(base, processes, steps, epochs=2, timeout=600):
+    """SIGTERM a `train` job once it logged its third step of epoch 0: it must leave a complete
+    mid-epoch checkpoint, every rank stopping; the next `train` resumes at the next iteration and
+    finishes. Returns (seconds the stop took, the first run's log, the second run)."""
+    log_path = os.path.join(base, "..", "first.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([os.path.join(BIN, "train")], stdout=log, stderr=subprocess.STDOUT,
+                                env=train_env(base))
+        started = wait_for(lambda: "[Epoch 0][Batch 2/" in open(log_path).read(), timeout, proc)
+        assert started, open(log_path).read()[-3000:]
+        sent = time.time()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    took, out = time.time() - sent, open(log_path).read()
+    assert code == 0, out[-3000:]
+    assert "stop requested: saving a checkpoint at epoch 0" in out
+    assert len(re.findall(r"stopped: rank=\d", out)) == processes  # every rank stopped
+    latest = open(os.path.join(base, "checkpoints", "latest")).read().strip()
+    state = json.load(open(os.path.join(base, "checkpoints", latest, "state.json")))
+    assert state["epoch"] == 0 and 0 < state["iteration"] < steps
+    assert not os.path.exists(os.path.join(base, "model", "model.params"))  # not finished
+
+    result = subprocess.run([os.path.join(BIN, "train")], capture_output=True, text=True,
+                            timeout=timeout, env=train_env(base))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "resume: from %s at epoch 0 iteration %d" % (
+        os.path.join(base, "checkpoints", latest), state["iteration"]) in result.stdout
+    steps_left = epochs * steps - state["global_step"]
+    assert re.search(r"finished: rank=0 steps=%d epochs=0\.\.%d" % (steps_left, epochs - 1),
+                     result.stdout)
+    assert os.path.isfile(os.path.join(base, "model", "model.params"))
+    return took, out, result
 
 
 def engine_answers():

@@ -10,13 +10,9 @@ import time
 
 import pytest
 
-from conftest import BIN, make_job
+from conftest import BIN, make_job, stop_mid_epoch_and_resume, train_env
 
 from detector_training.job.metrics import definitions_for
-
-
-def train_env(base, **extra):
-    return dict(os.environ, SAGEMAKER_BASE_DIR=base, PYTHONUNBUFFERED="1", **extra)
 
 
 def run_train(base, timeout=600):
@@ -101,17 +97,6 @@ def test_missing_data_channel(job_dir):
     assert failure.startswith("DataError:") and "'voc' channel" in failure
 
 
-def wait_for(predicate, timeout, proc=None):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        if proc is not None and proc.poll() is not None:
-            return predicate()
-        time.sleep(0.2)
-    return False
-
-
 STOP_SIGNAL_PROBE = """
 import os, signal, sys, tempfile, time
 from detector_training.job.stop import RankStop, StopSignal
@@ -151,34 +136,9 @@ def test_sigterm_stops_the_job_but_ends_a_forked_worker(installer):
 def test_sigterm_mid_epoch_checkpoints_and_the_next_run_resumes(job_dir, processes):
     base = make_job(job_dir, {"epochs": "2", "batch_size": str(processes), "log_interval": "1",
                               "processes_per_host": str(processes)}, n_train=24, n_test=2)
-    log_path = os.path.join(str(job_dir), "..", "first.log")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([os.path.join(BIN, "train")], stdout=log, stderr=subprocess.STDOUT,
-                                env=train_env(base))
-        started = wait_for(lambda: "[Epoch 0][Batch 2/" in open(log_path).read(), 300, proc)
-        assert started, open(log_path).read()[-3000:]
-        sent = time.time()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=120)
-    took = time.time() - sent
-    out = open(log_path).read()
-    assert code == 0, out[-3000:]
+    took, _out, result = stop_mid_epoch_and_resume(base, processes, 24 // processes)
     assert took < 60, took
-    assert "stop requested: saving a checkpoint at epoch 0" in out
-    latest = open(os.path.join(base, "checkpoints", "latest")).read().strip()
-    state = json.load(open(os.path.join(base, "checkpoints", latest, "state.json")))
-    assert state["epoch"] == 0 and 0 < state["iteration"] < 24 // processes
-    assert not os.path.exists(os.path.join(base, "model", "model.params"))  # not finished
     assert failure_of(base) is None
-    assert len(re.findall(r"stopped: rank=\d", out)) == processes  # every rank stopped
-
-    result = run_train(base)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "resume: from %s at epoch 0 iteration %d" % (
-        os.path.join(base, "checkpoints", latest), state["iteration"]) in result.stdout
-    steps_left = 2 * (24 // processes) - state["global_step"]
-    assert re.search(r"finished: rank=0 steps=%d epochs=0\.\.1" % steps_left, result.stdout)
-    assert os.path.isfile(os.path.join(base, "model", "model.params"))
     if processes > 1:
         # Under mpirun every line carries the [1,0]<stdout>: prefix; the definitions still match.
         tagged = "\n".join(l for l in result.stdout.splitlines() if l.startswith("[1,0]<stdout>:"))
