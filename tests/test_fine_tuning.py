@@ -91,6 +91,8 @@ def test_the_same_class_list_loads_everything_from_a_directory(tmp_path):
     ({"model.tar.gz": b"not a tarball"}, ["cannot use model.tar.gz", "Fix:"]),
     ({"model-best.params": b"garbage", "classes.json": b"[\"a\"]"}, ["cannot read model-best.params"]),
     ({"model-best.params": b"", "classes.json": b"{oops"}, ["classes.json", "not valid JSON"]),
+    ({"model-best.params": b"", "classes.json": b'["a", "' + b"b" * (2 << 20) + b'"]'},
+     ["classes.json", "larger than 1048576 bytes"]),
 ])
 def test_unusable_model_channels_are_data_errors(tmp_path, content, words):
     channel = tmp_path / "model"

@@ -10,13 +10,13 @@ reused.
 """
 
 import glob
-import json
 import logging
 import os
 import posixpath
 import shutil
 import tempfile
 
+from detector_training.core.files import TooLarge, read_small_json
 from detector_training.errors import DataError
 
 LOG = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ LOG = logging.getLogger(__name__)
 PARAMS_FILES = ("model-best.params", "model.params")  # in order of preference
 CLASSES_FILE = "classes.json"
 ARCHIVE_PATTERNS = ("*.tar.gz", "*.tgz", "*.tar")
+CLASSES_CAP = 1 << 20  # the same cap as for a classes.json inside a model.tar.gz
 
 
 def start_from_channel(net, channel, ctx):
@@ -71,8 +72,10 @@ def _model_files_in(root, walk=False):
     classes = None
     if os.path.isfile(classes_path):
         try:
-            with open(classes_path) as handle:
-                classes = json.load(handle)
+            classes = read_small_json(classes_path, CLASSES_CAP)
+        except TooLarge as exc:
+            raise DataError("%s in the 'model' channel: %s." % (CLASSES_FILE, exc),
+                            "use the classes.json the earlier job wrote.") from None
         except ValueError as exc:
             raise DataError("%s in the 'model' channel is not valid JSON (%s)." % (CLASSES_FILE, exc),
                             "use the classes.json the earlier job wrote.") from None
