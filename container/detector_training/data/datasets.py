@@ -264,11 +264,64 @@ def _coco_datasets(config, data_root):
                     val_aspect_ratios=list(val.get_im_aspect_ratio()))
 
 
+class MultiScaleBatchSampler:
+    """Multi-scale training: the equal-steps batches, each sample tagged with the input size to
+    use, as ``(index, size choice)``. A new size is drawn every ``interval`` batches from a
+    generator seeded by (seed, epoch, rank, batch group), so a resumed epoch sees the same sizes
+    and ranks draw their own. Every sample of a batch has the same size (they are stacked)."""
+
+    def __init__(self, inner, choices, interval, seed, rank):
+        self._inner = inner
+        self._choices = choices
+        self._interval = max(1, int(interval))
+        self._seed = seed
+        self._rank = rank
+        self._epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch, skip=0):
+        self._epoch, self._skip = epoch, skip
+        self._inner.set_epoch(epoch, skip)
+
+    def __len__(self):
+        return len(self._inner)
+
+    def choice(self, epoch, batch_number):
+        group = batch_number // self._interval
+        rng = random.Random("%d-%d-%d-%d" % (self._seed, epoch, self._rank, group))
+        return rng.randrange(self._choices)
+
+    def batches(self, epoch):
+        return [[(i, self.choice(epoch, n)) for i in batch]
+                for n, batch in enumerate(self._inner.batches(epoch))]
+
+    def __iter__(self):
+        return iter(self.batches(self._epoch)[self._skip:])
+
+
+class PerSampleTransformDataset:
+    """``dataset[(index, k)]`` is ``transforms[k](*dataset[index])`` (the multi-scale sampler's
+    keys); a plain index uses the first transform."""
+
+    def __init__(self, dataset, transforms):
+        self._dataset = dataset
+        self._transforms = list(transforms)
+
+    def __len__(self):
+        return len(self._dataset)
+
+    def __getitem__(self, key):
+        index, choice = key if isinstance(key, tuple) else (key, 0)
+        return self._transforms[choice](*self._dataset[index])
+
+
 def shard_loader(config, datasets, world, per_rank_batch, steps, transform, batchify,
-                 num_workers):
+                 num_workers, scale_interval=10):
     """This rank's training loader: its shard of the training set through the equal-steps
     sampler, ``transform`` per sample (a family's train transform), ``batchify`` per batch; mixup
-    around the dataset when configured. Returns the handles the engine needs each epoch."""
+    around the dataset when configured. ``transform`` may be a list (one per input size, for
+    multi-scale training): each batch then takes one of them, a new draw every
+    ``scale_interval`` batches. Returns the handles the engine needs each epoch."""
     import mxnet as mx
 
     dataset = datasets.train
@@ -279,7 +332,12 @@ def shard_loader(config, datasets, world, per_rank_batch, steps, transform, batc
         dataset = mixup = MixupDetection(dataset)
     sampler = EqualStepsBatchSampler(datasets.aspect_ratios, per_rank_batch, world.size,
                                      world.rank, steps, seed=config.seed)
-    transformed = dataset.transform(transform)
+    if isinstance(transform, (list, tuple)):
+        transformed = PerSampleTransformDataset(dataset, transform)
+        sampler = MultiScaleBatchSampler(sampler, len(transform), scale_interval, config.seed,
+                                         world.rank)
+    else:
+        transformed = dataset.transform(transform)
     loader = mx.gluon.data.DataLoader(transformed, batch_sampler=sampler, batchify_fn=batchify,
                                       num_workers=num_workers)
     return TrainData(loader, sampler, mixup, lambda: batchify(
