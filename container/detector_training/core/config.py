@@ -260,6 +260,13 @@ class TrainConfig:
                                                  "Training splits, e.g. 2007_trainval,2012_trainval.")
     val_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
                                                "Validation splits, e.g. 2007_test.")
+    val_fraction: float = hp(0.0, check(parse_float, lambda v: 0 <= v <= 0.5, "a number in [0, 0.5]"),
+                             "voc/custom: carve this share of the training images (seeded by "
+                             "seed) as the validation split instead of val_splits; 0: use "
+                             "val_splits.")
+    final_fit: bool = hp(False, parse_bool,
+                         "Train on the training and validation images together (a final fit "
+                         "after tuning); validation still runs, on seen images.")
     short: Optional[Tuple[int, ...]] = hp(None, optional(check(parse_int_list, lambda v: len(v) > 0 and min(v) >= 32, "image sizes >= 32")),
                                           "Shorter image side; several values train multi-scale. "
                                           "Default: the network's (600 for VOC).")
@@ -476,6 +483,10 @@ def validate(config):
                         % ",".join(config.val_splits))
     if len(set(config.classes)) != len(config.classes):
         problems.append("classes contains duplicates: %s" % ",".join(config.classes))
+    if config.dataset == "coco" and config.val_fraction > 0:
+        problems.append("val_fraction=%g: COCO's metric scores a whole annotation file, so a "
+                        "validation split cannot be carved from coco training data; name one "
+                        "with val_splits" % config.val_fraction)
     for option, families in FAMILY_OPTIONS.items():
         if getattr(config, option) and config.family not in families:
             problems.append("%s=true applies to %s networks only, not to %s" % (
