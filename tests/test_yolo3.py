@@ -334,3 +334,35 @@ def test_a_stopped_yolo_job_resumes_at_the_next_iteration(job_dir):
     assert re.search(r"finished: rank=0 steps=%d epochs=0\.\.1" % (32 - state["global_step"]),
                      result.stdout)
     assert os.path.isfile(os.path.join(base, "model", "model.params"))
+
+
+def test_yolo_on_coco_format_data_scores_with_cocos_metric_in_original_pixels(tmp_path):
+    """COCO-format data with its own categories: one step, then validation whose detections are
+    mapped back to original pixels (COCO's metric reads them so); ground truth given back as
+    detections scores 1.0."""
+    from detector_training.core.distributed import SingleProcess
+    from detector_training.core.evaluation import validate
+    from detector_training.data.synthetic_coco import generate as generate_coco
+
+    root = generate_coco(str(tmp_path / "coco"), n_train=4, n_val=3, seed=1)
+    config = from_hyperparameters({"network": "yolo3_mobilenet0.25_coco", "dataset": "coco",
+                                   "pretrained_base": "false", "num_workers": "0", "short": "64"})
+    family, dist = families.get(config.network), SingleProcess()
+    datasets = build_datasets(config, root)
+    net, losses, _ = one_step_losses(config, root)
+    assert all(np.isfinite(v) for v in losses.values())
+    loader, indices = family.val_loader(config, net, datasets, dist.world, 0)
+    result = validate(family, net, loader, indices, mx.cpu(), dist, config, datasets,
+                      str(tmp_path))
+    assert result["images"] == 3 and 0.0 <= result["mAP"] <= result["AP50"] <= 1.0
+    assert set(result["per_class"]) == set(datasets.classes)
+    detected = family.detect(net, loader, indices, mx.cpu())
+    perfect = []
+    for (index, boxes, _ids, _scores, gt_boxes, gt_ids, _difficult) in detected:
+        img, label = datasets.val[index]
+        assert boxes[..., 0::2].max() <= img.shape[1] and boxes[..., 1::2].max() <= img.shape[0]
+        np.testing.assert_allclose(gt_boxes[0], label[:, :4], rtol=1e-5)  # original pixels
+        keep = gt_ids[0, :, 0] >= 0  # an image without objects has one -1 row
+        perfect.append((index, gt_boxes[:, keep], gt_ids[:, keep], np.ones_like(gt_ids[:, keep]),
+                        None, None, None))
+    assert family.evaluate(config, datasets, [perfect], str(tmp_path))["mAP"] == pytest.approx(1.0)
