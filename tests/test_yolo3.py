@@ -125,6 +125,13 @@ def test_multi_scale_draws_a_size_per_interval_reproducibly(voc_root):
                    [sizes[b[0][1]] for b in data.sampler.batches(e)])) == 2
     data.sampler.set_epoch(3, skip=4)  # resuming at iteration 4 sees the same sizes
     assert [batch[0].shape[2] for batch in data.loader] == plan[4:]
+    wide = yolo_config(multi_scale=True, multi_scale_interval=1, short=128)
+    data, _, _ = rank_loader(wide, datasets, 0, 1, 2)
+    assert multi_scale_sizes(128) == (96, 128, 160, 192)
+    for epoch in range(5):  # resumed mid-epoch: the same size choices as the whole epoch's
+        whole = [b[0][1] for b in data.sampler.batches(epoch)]
+        data.sampler.set_epoch(epoch, skip=2)
+        assert [b[0][1] for b in data.sampler] == whole[2:]
 
 
 def one_step_losses(config, voc_root, net=None, batch=None):
@@ -306,9 +313,11 @@ def wait_for(predicate, seconds, proc):
     return False
 
 
-def test_a_stopped_yolo_job_resumes_at_the_next_iteration(job_dir):
-    base = make_job(job_dir, dict(JOB, epochs="2", batch_size="1", log_interval="1",
-                                  multi_scale="true", multi_scale_interval="3"),
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_stopped_yolo_job_resumes_at_the_next_iteration(job_dir, processes):
+    base = make_job(job_dir, dict(JOB, epochs="2", batch_size=str(processes), log_interval="1",
+                                  multi_scale="true", multi_scale_interval="3",
+                                  processes_per_host=str(processes)),
                     n_train=16, n_test=2)
     env = dict(os.environ, SAGEMAKER_BASE_DIR=base, PYTHONUNBUFFERED="1")
     log_path = os.path.join(str(job_dir), "..", "first.log")
@@ -323,16 +332,17 @@ def test_a_stopped_yolo_job_resumes_at_the_next_iteration(job_dir):
     assert "stop requested: saving a checkpoint at epoch 0" in out
     latest = open(os.path.join(base, "checkpoints", "latest")).read().strip()
     state = json.load(open(os.path.join(base, "checkpoints", latest, "state.json")))
-    assert state["epoch"] == 0 and 0 < state["iteration"] < 16
+    assert state["epoch"] == 0 and 0 < state["iteration"] < 16 // processes
     assert not os.path.exists(os.path.join(base, "model", "model.params"))
+    assert len(re.findall(r"stopped: rank=\d", out)) == processes  # every rank stopped
 
     result = subprocess.run([os.path.join(BIN, "train")], capture_output=True, text=True,
                             timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "resume: from %s at epoch 0 iteration %d" % (
         os.path.join(base, "checkpoints", latest), state["iteration"]) in result.stdout
-    assert re.search(r"finished: rank=0 steps=%d epochs=0\.\.1" % (32 - state["global_step"]),
-                     result.stdout)
+    steps_left = 2 * (16 // processes) - state["global_step"]
+    assert re.search(r"finished: rank=0 steps=%d epochs=0\.\.1" % steps_left, result.stdout)
     assert os.path.isfile(os.path.join(base, "model", "model.params"))
 
 
