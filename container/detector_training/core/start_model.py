@@ -131,15 +131,18 @@ def load_start_model(net, params_path, saved_classes, ctx):
         raise DataError("no parameter of %s fits this network (%d saved arrays, none with a name and "
                         "shape of the network's)." % (os.path.basename(params_path), len(saved)),
                         "start from a model of the same network, or drop the 'model' channel.")
-    kept_rows = []
+    kept_rows, replaced = [], set()
     if differ:
         kept_rows = [c for c in new_classes if c in saved_classes]
         _forget_target_generator(net)
         net.reset_class(new_classes, reuse_weights=list(kept_rows) or None)
-    head = ("class_predictor", "box_predictor")
+        # The class head is what reset_class replaced (Faster R-CNN: class and box predictors;
+        # YOLOv3: each output's prediction layer), whatever the family calls it.
+        after = net._collect_params_with_prefix()  # pylint: disable=protected-access
+        replaced = {n for n, p in after.items() if own.get(n) is not p}
     return {"path": params_path, "saved_classes": saved_classes, "classes": new_classes,
-            "reused": [n for n in reused if not (differ and n.startswith(head))],
-            "reinitialised": [n for n in own if differ and n.startswith(head)],
+            "reused": [n for n in reused if n not in replaced],
+            "reinitialised": [n for n in own if n in replaced],
             "mismatched": mismatched, "unused": [n for n in saved if n not in own],
             "kept_rows": kept_rows, "total": len(own)}
 

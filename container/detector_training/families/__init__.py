@@ -5,7 +5,8 @@ import importlib
 
 from detector_training.core.config import family_of
 
-FAMILIES = {"faster_rcnn": ("detector_training.families.faster_rcnn", "FasterRCNN")}
+FAMILIES = {"faster_rcnn": ("detector_training.families.faster_rcnn", "FasterRCNN"),
+            "yolo3": ("detector_training.families.yolo3", "YOLOv3")}
 
 
 def get(network):

@@ -15,6 +15,7 @@ _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
 TRAIN_METRICS = {
     "faster_rcnn": ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
                     "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1"),
+    "yolo3": ("obj_loss", "center_loss", "scale_loss", "cls_loss"),
 }
 _TRAIN = tuple(dict.fromkeys(n for names in TRAIN_METRICS.values() for n in names))
 
