@@ -8,14 +8,14 @@ import subprocess
 
 from conftest import BIN, make_job, run_horovod_job
 
-from detector_training.job.metrics import METRIC_DEFINITIONS
+from detector_training.job.metrics import definitions_for
 
 COCO = {"dataset": "coco", "train_splits": "instances_train2017", "val_splits": "instances_val2017",
         "epochs": "1", "batch_size": "2"}
 
 
 def check_metric_lines(out):
-    for definition in METRIC_DEFINITIONS:
+    for definition in definitions_for("faster_rcnn"):
         assert re.search(definition["Regex"], out), definition["Name"]
     headline = re.search(r"validation: epoch=0 images=(\d+) time=\S+ mAP=(\S+) AP50=(\S+)", out)
     assert headline, out[-3000:]

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import TINY, make_job, require_image, skip_without_engine
 
-from detector_training.job.metrics import METRIC_DEFINITIONS
+from detector_training.job.metrics import METRIC_DEFINITIONS, definitions_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = os.environ.get("IMAGE", "frcnn-training:cpu")
@@ -128,7 +128,7 @@ def model_members(model_data):
 
 
 def check_metrics(out):
-    for definition in METRIC_DEFINITIONS:
+    for definition in definitions_for("faster_rcnn"):
         assert re.search(definition["Regex"], out), definition["Name"]
 
 

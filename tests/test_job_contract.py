@@ -12,7 +12,7 @@ import pytest
 
 from conftest import BIN, make_job
 
-from detector_training.job.metrics import METRIC_DEFINITIONS
+from detector_training.job.metrics import definitions_for
 
 
 def train_env(base, **extra):
@@ -56,7 +56,7 @@ def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):
     assert config["lr_decay_epoch"] == [5, 9] and config["short"] == [128] and config["epochs"] == 1
     assert os.path.isfile(os.path.join(base, "model", "model.params"))
     # The shipped metric definitions match the real log lines of this job.
-    for definition in METRIC_DEFINITIONS:
+    for definition in definitions_for("faster_rcnn"):
         assert re.search(definition["Regex"], result.stdout), definition["Name"]
 
 
@@ -68,7 +68,8 @@ def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):
     ({"lr_decay_epoch": "20,14"}, ["lr_decay_epoch=20,14", "strictly increasing"]),
     ({"batch_size": "3", "processes_per_host": "2"}, ["batch_size=3", "set batch_size to 2 or 4"]),
     ({"processes_per_host": "0"}, ["processes_per_host=0", ">= 1"]),
-    ({"network": "yolo3_darknet53_voc"}, ["network=yolo3_darknet53_voc", "one of"]),
+    ({"network": "yolo3_darknet54_voc"}, ["network=yolo3_darknet54_voc", "one of"]),
+    ({"network": "yolo3_mobilenet0.25_voc", "short": "100"}, ["short=100", "multiple of 32"]),
 ])
 def test_bad_hyperparameters_stop_the_job_with_a_failure_file(job_dir, hps, words):
     base = make_job(job_dir, hps, n_train=2, n_test=1)
@@ -182,7 +183,7 @@ def test_sigterm_mid_epoch_checkpoints_and_the_next_run_resumes(job_dir, process
     if processes > 1:
         # Under mpirun every line carries the [1,0]<stdout>: prefix; the definitions still match.
         tagged = "\n".join(l for l in result.stdout.splitlines() if l.startswith("[1,0]<stdout>:"))
-        for definition in METRIC_DEFINITIONS:
+        for definition in definitions_for("faster_rcnn"):
             assert re.search(definition["Regex"], tagged), definition["Name"]
 
 

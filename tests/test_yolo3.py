@@ -22,7 +22,7 @@ from detector_training.core.engine import EpochSetupHook, MetricSums
 from detector_training.data.datasets import Datasets, build_datasets, steps_per_epoch
 from detector_training.data.synthetic_voc import generate
 from detector_training.errors import ConfigError
-from detector_training.job.metrics import METRIC_DEFINITIONS
+from detector_training.job.metrics import definitions_for
 
 YOLO = {"network": "yolo3_mobilenet0.25_voc", "dataset": "custom", "pretrained_base": "false",
         "train_splits": "2007_trainval", "num_workers": "0", "short": "64"}
@@ -271,10 +271,10 @@ def test_one_rank_yolo_job_trains_validates_exports_and_predicts(job_dir):
     assert "family=yolo3" in out and "multi-scale training: sizes 96,128" in out
     assert re.search(r"\[Epoch 1\]\[Batch 1/4\] lr=\S+ speed=\S+ samples/s obj_loss=[0-9.]+ "
                      r"center_loss=[0-9.]+ scale_loss=[0-9.]+ cls_loss=[0-9.]+", out)
-    for definition in METRIC_DEFINITIONS:
-        if definition["Name"] in ("train:obj_loss", "train:cls_loss", "validation:mAP",
-                                  "validation:AP50", "train:lr", "train:speed"):
-            assert re.search(definition["Regex"], out), definition["Name"]
+    names = [d["Name"] for d in definitions_for("yolo3")]
+    assert "train:obj_loss" in names and "train:rpn_conf_loss" not in names
+    for definition in definitions_for("yolo3"):  # each of them matches this job's lines
+        assert re.search(definition["Regex"], out), definition["Name"]
     model = os.path.join(base, "model")
     for name in ("model.params", "model-best.params", "model-symbol.json", "model-0000.params",
                  "classes.json", "config.json", "validation.json", "history.json",

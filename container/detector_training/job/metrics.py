@@ -31,3 +31,12 @@ METRIC_DEFINITIONS = (
 )
 
 OBJECTIVE_METRIC = "validation:mAP"
+
+
+def definitions_for(family):
+    """The definitions a job of ``family`` (a TRAIN_METRICS key) fills: its own train:* losses
+    and metrics, and the shared ones (speed, data wait, lr, validation). METRIC_DEFINITIONS, sent
+    with every job, holds every family's; those of other families simply get no data points."""
+    others = {"train:%s" % n for f, names in TRAIN_METRICS.items() if f != family for n in names}
+    own = {"train:%s" % n for n in TRAIN_METRICS[family]}
+    return [d for d in METRIC_DEFINITIONS if d["Name"] in own or d["Name"] not in others]
