@@ -17,7 +17,7 @@ A family is a table entry: its network, the hyperparameters it trains with (the 
 R-CNN or YOLOv3 add a row here (and, where they need masks or another layout, a generator in
 GENERATORS).
 
-Usage: python benchmarks/learning.py [--seeds 3] [--epochs 4] [--output out/bench-learning]
+Usage: python benchmarks/learning.py [--seeds 3] [--epochs 3] [--images 120] [--output out/bench-learning]
 """
 
 import argparse
@@ -106,9 +106,9 @@ def summarise(runs):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds per family and dataset (median)")
-    parser.add_argument("--epochs", type=int, default=4, help="the budget: training epochs per run")
-    parser.add_argument("--images", type=int, default=160, help="generated training images per run")
-    parser.add_argument("--test-images", type=int, default=48, help="generated held-out images per run")
+    parser.add_argument("--epochs", type=int, default=3, help="the budget: training epochs per run")
+    parser.add_argument("--images", type=int, default=120, help="generated training images per run")
+    parser.add_argument("--test-images", type=int, default=32, help="generated held-out images per run")
     parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated")
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated")
     parser.add_argument("--output", default="out/bench-learning", help="job trees and learning.json")
