@@ -3,7 +3,8 @@
 ``write_report`` turns what the job already saved (``history.json``, ``validation.json``,
 ``classes.json``) into three files in the model directory:
 
-* ``training_curves.png``: the four losses per epoch, and mAP per validated epoch;
+* ``training_curves.png``: the four losses per epoch, and mAP per validated epoch with the
+  learning rate of each epoch beside it (its own axis), so a decay step shows next to a dip;
 * ``per_class_ap.md``: a Markdown table of AP per class with a final mAP row;
 * ``per_class_ap.csv``: the same table as CSV.
 
@@ -25,6 +26,7 @@ TABLE_CSV_FILE = "per_class_ap.csv"
 LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown", "tab:pink",
                 "tab:olive", "tab:cyan")
 MAP_COLOUR = "tab:purple"  # used by nothing else in the figure
+LR_COLOUR = "tab:brown"  # the learning rate, on the mAP panel's right-hand axis; nothing else
 
 
 def write_report(model_dir, history, validation, classes, loss_names=LOSS_KEYS):
@@ -126,10 +128,18 @@ def _curves_png(history, loss_names=LOSS_KEYS):
     else:
         maps.text(0.5, 0.5, "no validated epoch", ha="center", va="center",
                   transform=maps.transAxes)
-    maps.set_title("Validation mAP")
+    maps.set_title("Validation mAP and learning rate")
     maps.set_xlabel("epoch")
     maps.set_ylabel("mAP")
     maps.grid(True, alpha=0.3)
+    rates = [(e, _number(entry.get("lr"))) for e, entry in zip(epochs, history)]
+    rates = [(e, r) for e, r in rates if r is not None and r > 0]
+    if rates:  # the lr an epoch ended with; log scale so every decay is one visible step
+        lr_axis = maps.twinx()
+        lr_axis.plot([e for e, _ in rates], [r for _, r in rates], drawstyle="steps-mid",
+                     linestyle="--", color=LR_COLOUR)
+        lr_axis.set_yscale("log")
+        lr_axis.set_ylabel("learning rate (dashed)")
     for axes in (losses, maps):  # whole epochs on the x axis, also for a single epoch
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()

@@ -10,6 +10,9 @@ from detector_training.main import job_main
 
 
 # CPU-sized defaults for `make run`: the small network, small images, a few minutes on 2 cores.
+# From scratch at a global batch of 2, lr 0.04 (0.02 after scaling) kept the detector head noisy:
+# held-out mAP after 4 epochs of 160 images was 0.21 at 0.02, 0.29 at 0.01, 0.33 at 0.005 and
+# a decay step helped only at the lower rates (issue 15); 0.01 gives 0.005 after scaling.
 RUN_DEFAULTS = {
     "network": "faster_rcnn_resnet18_v1b_voc",
     "dataset": "custom",
@@ -18,17 +21,20 @@ RUN_DEFAULTS = {
     "max_size": "200",
     "batch_size": "2",
     "epochs": "8",
-    "lr": "0.04",
-    "lr_decay_epoch": "6",
+    "lr": "0.01",
+    "lr_decay_epoch": "7",
     "lr_warmup": "20",
     "lr_base_batch_size": "4",  # as the VOC presets, also for a generated COCO-format dataset
     "num_workers": "1",
-    "log_interval": "10",
+    "log_interval": "20",
     "seed": "7",
 }
+# The generated demo data: more distinct images rather than more passes over few (72 before).
+RUN_IMAGES = dict(n_train=120, n_test=48, n_train_2012=60)
 
 
-def prepare_run_tree(base, hyperparameters, n_train=48, n_test=24, n_train_2012=24, seed=0):
+def prepare_run_tree(base, hyperparameters, n_train=RUN_IMAGES["n_train"], n_test=RUN_IMAGES["n_test"],
+                     n_train_2012=RUN_IMAGES["n_train_2012"], seed=0):
     """A SageMaker-style tree with generated data: a VOCdevkit in the 'voc' channel, or for
     dataset=coco a COCO-format dataset (own categories) in the 'coco' channel."""
     if str(hyperparameters.get("dataset", "")).strip('"') == "coco":
