@@ -24,6 +24,8 @@ _GPUS = {
     "ml.g5.16xlarge": 1, "ml.g5.12xlarge": 4, "ml.g5.24xlarge": 4, "ml.g5.48xlarge": 8,
     "ml.g6.xlarge": 1, "ml.g6.2xlarge": 1, "ml.g6.4xlarge": 1, "ml.g6.8xlarge": 1,
     "ml.g6.16xlarge": 1, "ml.g6.12xlarge": 4, "ml.g6.24xlarge": 4, "ml.g6.48xlarge": 8,
+    "ml.g6e.xlarge": 1, "ml.g6e.2xlarge": 1, "ml.g6e.4xlarge": 1, "ml.g6e.8xlarge": 1,
+    "ml.g6e.16xlarge": 1, "ml.g6e.12xlarge": 4, "ml.g6e.24xlarge": 4, "ml.g6e.48xlarge": 8,
 }
 LOCAL_TYPES = ("local", "local_gpu")
 
@@ -139,9 +141,14 @@ def build_estimator(spec, session=None):
 
 def launch(spec, inputs, wait=True, logs=True, session=None):
     """Build the estimator and start the job. ``inputs``: channel name -> S3 or file:// URI
-    (``voc``, optional ``pretrained`` and ``model``). Returns the estimator."""
-    if not inputs:
-        raise LaunchError("no input channels: pass at least {'voc': 's3://.../'} (or file:// in local mode).")
+    (``voc``, ``coco``, ``train``; optional ``pretrained`` and ``model``). Returns the estimator."""
+    if not inputs and not spec.hyperparameters.get("data_s3_uri"):
+        raise LaunchError(
+            "no input channels and no data_s3_uri: the job would have no data. Pass a data channel: "
+            "{'voc': 's3://.../'} (the three VOC tars or an extracted VOCdevkit), {'coco': "
+            "'s3://.../'} (COCO-format data, with dataset=coco) or {'train': 's3://.../'} (your own "
+            "VOC-format data, with dataset=custom); file:// URIs in local mode. Or set the "
+            "hyperparameter data_s3_uri to where the VOC tars are.")
     estimator = build_estimator(spec, session)
-    estimator.fit(inputs, wait=wait, logs="All" if (logs and wait) else "None")
+    estimator.fit(inputs or None, wait=wait, logs="All" if (logs and wait) else "None")
     return estimator

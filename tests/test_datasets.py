@@ -115,3 +115,33 @@ def test_missing_split_file_is_a_clear_error(tmp_path):
     with pytest.raises(DataError) as err:
         build_datasets(config, str(tmp_path))
     assert "VOC2012" in str(err.value)
+
+
+def test_the_other_style_differs_from_the_demo_in_shapes_colours_and_sizes(tmp_path):
+    from PIL import Image
+
+    from detector_training.data.synthetic_voc import STYLES
+
+    config = from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval"})
+    generate(str(tmp_path / "demo"), 30, 10, 0, seed=5)
+    generate(str(tmp_path / "other"), 30, 10, 0, seed=5, style="other")
+    demo, other = build_datasets(config, str(tmp_path / "demo")), build_datasets(config, str(tmp_path / "other"))
+    assert demo.classes == ("circle", "square", "triangle")
+    assert other.classes == ("cross", "diamond", "ellipse")  # read back from the annotations
+
+    def boxes(data):
+        return [row for i in range(len(data.train)) for row in data.train[i][1]]
+
+    demo_boxes, other_boxes = boxes(demo), boxes(other)
+    assert all(b[2] - b[0] == b[3] - b[1] for b in demo_boxes)  # square boxes, 24 px and up
+    assert min(b[2] - b[0] for b in demo_boxes) >= 24
+    assert any(abs((b[2] - b[0]) - (b[3] - b[1])) > 4 for b in other_boxes)  # elongated ones too
+    assert min(max(b[2] - b[0], b[3] - b[1]) for b in other_boxes) < 24  # smaller objects
+    # Every object's centre pixel has one of the style's palette colours (JPEG: within a margin).
+    palette = STYLES["other"].palette
+    image_file = sorted((tmp_path / "other" / "VOCdevkit" / "VOC2007" / "JPEGImages").iterdir())[0]
+    with Image.open(image_file) as img:
+        annotation = other.train[0][1]
+        for x0, y0, x1, y1 in annotation[:, :4]:
+            centre = img.getpixel((int((x0 + x1) / 2), int((y0 + y1) / 2)))
+            assert min(sum(abs(a - b) for a, b in zip(centre, c)) for c in palette) < 40

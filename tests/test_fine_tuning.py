@@ -91,6 +91,8 @@ def test_the_same_class_list_loads_everything_from_a_directory(tmp_path):
     ({"model.tar.gz": b"not a tarball"}, ["cannot use model.tar.gz", "Fix:"]),
     ({"model-best.params": b"garbage", "classes.json": b"[\"a\"]"}, ["cannot read model-best.params"]),
     ({"model-best.params": b"", "classes.json": b"{oops"}, ["classes.json", "not valid JSON"]),
+    ({"model-best.params": b"", "classes.json": b'["a", "' + b"b" * (2 << 20) + b'"]'},
+     ["classes.json", "larger than 1048576 bytes"]),
 ])
 def test_unusable_model_channels_are_data_errors(tmp_path, content, words):
     channel = tmp_path / "model"
@@ -151,7 +153,7 @@ def test_a_mask_rcnn_keeps_its_mask_head_and_resets_its_per_class_masks(tmp_path
     assert masks.shape[0] == 2  # one mask per class, no background
     np.testing.assert_array_equal(masks[0], old_masks[1])  # 'square' kept
     assert "mask.mask.weight" in summary["reinitialised"] and "mask.mask.weight" not in summary["reused"]
-    assert "mask.mask (2)" in caplog.text
+    assert "box_predictor (2), mask (2)), trained rows kept for background, square" in caplog.text
     with mx.autograd.predict_mode():
         ids, scores, boxes, masks = new(mx.nd.zeros((1, 3, 96, 96)))
     assert masks.shape[:2] == (1, 50)

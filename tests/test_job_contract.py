@@ -64,7 +64,8 @@ def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):
     ({"lr_decay_epoch": "20,14"}, ["lr_decay_epoch=20,14", "strictly increasing"]),
     ({"batch_size": "3", "processes_per_host": "2"}, ["batch_size=3", "set batch_size to 2 or 4"]),
     ({"processes_per_host": "0"}, ["processes_per_host=0", ">= 1"]),
-    ({"network": "yolo3_darknet53_voc"}, ["network=yolo3_darknet53_voc", "one of"]),
+    ({"network": "yolo3_darknet54_voc"}, ["network=yolo3_darknet54_voc", "one of"]),
+    ({"network": "yolo3_mobilenet0.25_voc", "short": "100"}, ["short=100", "multiple of 32"]),
 ])
 def test_bad_hyperparameters_stop_the_job_with_a_failure_file(job_dir, hps, words):
     base = make_job(job_dir, hps, n_train=2, n_test=1)

@@ -222,7 +222,8 @@ def test_the_preset_is_gluoncvs_train_mask_rcnn():
 @pytest.mark.parametrize("hps, words", [
     ({"dataset": "voc"}, ["network=%s trains on dataset=coco only, not dataset=voc" % NETWORK]),
     ({"dataset": "custom"}, ["not dataset=custom"]),
-    ({"dataset": "coco", "mixup": "true", "epochs": "30"}, ["mixup=true is not available for mask_rcnn"]),
+    ({"dataset": "coco", "mixup": "true", "epochs": "30"}, ["mixup=true applies to faster_rcnn and yolo3 networks only, not to %s" % NETWORK]),
+    ({"dataset": "coco", "final_fit": "true"}, ["final_fit=true applies to faster_rcnn and yolo3"]),
 ])
 def test_what_a_mask_network_cannot_train_on_is_refused(hps, words):
     with pytest.raises(ConfigError) as err:

@@ -15,6 +15,7 @@ from detector_training.core.config import NETWORKS, from_hyperparameters
 from detector_training.core.distributed import SingleProcess
 from detector_training.core.engine import MetricSums
 from detector_training.core.evaluation import validate
+from detector_training.core.networks import trainable_params
 from detector_training.data.datasets import build_datasets
 from detector_training.data.synthetic_coco import generate as generate_coco
 from detector_training.data.synthetic_voc import generate
@@ -46,7 +47,7 @@ def one_step_and_validation(root, hyperparameters):
     train = family.train_loader(config, net, datasets, dist.world, 1, 1, 0)
     family.materialize(net, train.first_batch(), ctx)
     net.hybridize()
-    trainer = mx.gluon.Trainer(net.collect_train_params(), "sgd", {"learning_rate": 0.001})
+    trainer = mx.gluon.Trainer(trainable_params(net), "sgd", {"learning_rate": 0.001})
     step, sums = family.make_step(net, config, ctx), MetricSums()
     for batch in train.loader:
         trainer.step(step(batch, sums))

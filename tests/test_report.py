@@ -130,3 +130,31 @@ def test_rewrite_replaces_the_files(tmp_path):
 def test_importing_the_module_does_not_import_matplotlib():
     code = "import sys, detector_training.core.report; sys.exit(1 if 'matplotlib' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+LR_BROWN = np.array([140, 86, 75])  # matplotlib's tab:brown, the colour of the learning-rate line only
+
+
+def brown_rows(pixels):
+    """The rows of the image that hold learning-rate-line pixels."""
+    return np.nonzero((np.abs(pixels - LR_BROWN).sum(axis=-1) < 30).any(axis=1))[0]
+
+
+def test_the_learning_rate_is_drawn_beside_the_map_and_a_decay_shows_as_a_step(tmp_path):
+    decaying = [dict(epoch(n, 1.0 - 0.1 * n, 0.2 + 0.05 * n), lr=0.02 if n < 3 else 0.002)
+                for n in range(5)]
+    write_report(str(tmp_path / "decay"), decaying, VALIDATION, CLASSES)
+    pixels = png_pixels(str(tmp_path / "decay" / "training_curves.png"))
+    half = pixels.shape[1] // 2
+    assert brown_rows(pixels[:, :half]).size == 0  # the loss panel has no lr line
+    rows = brown_rows(pixels[:, half:])
+    assert rows.size > 0 and rows.max() - rows.min() > pixels.shape[0] // 3  # the 10x drop: a tall step
+
+    constant = [dict(epoch(n, 1.0 - 0.1 * n, 0.2 + 0.05 * n), lr=0.02) for n in range(5)]
+    write_report(str(tmp_path / "flat"), constant, VALIDATION, CLASSES)
+    rows = brown_rows(png_pixels(str(tmp_path / "flat" / "training_curves.png")))
+    assert rows.size > 0 and rows.max() - rows.min() < 10  # one level: a flat line
+
+    without = [{k: v for k, v in entry.items() if k != "lr"} for entry in decaying]
+    write_report(str(tmp_path / "none"), without, VALIDATION, CLASSES)
+    assert brown_rows(png_pixels(str(tmp_path / "none" / "training_curves.png"))).size == 0

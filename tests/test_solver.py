@@ -40,3 +40,29 @@ def test_warmup_is_counted_in_iterations_across_epochs_as_gluoncvs_mask_rcnn_scr
     assert c.lr_warmup == 1000
     assert lr_at(c, 1.0, 2, 500) == pytest.approx(c.lr_warmup_factor * 0.5 + 0.5)
     assert lr_at(c, 1.0, 3, 1000) == pytest.approx(1.0)
+
+
+def test_poly_and_cosine_run_over_the_post_warmup_iterations_of_this_rank():
+    # 10 epochs of 20 per-rank steps: 200 iterations, 20 of them warm-up, 180 after.
+    poly = from_hyperparameters({"lr_mode": "poly", "epochs": "10", "lr_warmup": "20",
+                                 "lr_warmup_factor": "0.5"})
+    assert poly.lr_poly_power == 2.0  # GluonCV's YOLOv3 script
+    assert lr_at(poly, 1.0, 0, 0, 20) == pytest.approx(0.5)  # warm-up towards the base rate
+    assert lr_at(poly, 1.0, 1, 20, 20) == pytest.approx(1.0)
+    assert lr_at(poly, 1.0, 5, 110, 20) == pytest.approx(0.25)  # half way: (1 - 0.5) ** 2
+    assert lr_at(poly, 1.0, 9, 200, 20) == pytest.approx(0.0)
+    cosine = from_hyperparameters({"lr_mode": "cosine", "epochs": "10", "lr_warmup": "20"})
+    assert lr_at(cosine, 2.0, 1, 20, 20) == pytest.approx(2.0)
+    assert lr_at(cosine, 2.0, 5, 110, 20) == pytest.approx(1.0)
+    assert lr_at(cosine, 2.0, 9, 200, 20) == pytest.approx(0.0, abs=1e-12)
+    # The schedule counts this rank's steps: with twice the ranks there are half the steps per
+    # epoch, and the same step count reaches twice as far through the job.
+    assert lr_at(cosine, 2.0, 5, 110, 10) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_step_mode_ignores_lr_decay_epoch_only_in_poly_and_cosine():
+    c = from_hyperparameters({"lr_mode": "cosine", "epochs": "4", "lr_decay_epoch": "1",
+                              "lr_warmup": "0"})
+    assert lr_at(c, 1.0, 2, 0, 10) == pytest.approx(1.0)  # no step decay in cosine mode
+    with pytest.raises(ValueError):
+        lr_at(c, 1.0, 0, 0)

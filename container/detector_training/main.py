@@ -112,6 +112,7 @@ def run_job(config, env, dist, stop):
 
     # 1. Where this rank runs, and its seeds.
     world, family = dist.world, families.get(config.network)
+    family.check_config(config)
     on_gpu = gpu_count() > 0
     ctx = mx.gpu(world.local_rank) if on_gpu else mx.cpu()
     if on_gpu:
@@ -179,8 +180,9 @@ def run_job(config, env, dist, stop):
     scratch = tempfile.mkdtemp(prefix="detector-val-rank%d-" % world.rank)
     checkpoints = CheckpointHook(manager, effective)
     hooks = [
-        LearningRateHook(lambda epoch, gstep: lr_at(config, base_lr, epoch, gstep)),
-        EpochSetupHook(train_data.sampler, train_data.mixup, hybridize),
+        LearningRateHook(lambda epoch, gstep: lr_at(config, base_lr, epoch, gstep, steps)),
+        EpochSetupHook(train_data.sampler, train_data.mixup, hybridize, family.mixup_draw,
+                       family.mixup_loss_weight),
         MetricLogHook(),
         StopHook(stop.requested, checkpoints),
         ValidationHook(lambda: hybridize() or validate(family, net, val_loader, val_indices, ctx,

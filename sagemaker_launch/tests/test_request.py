@@ -115,3 +115,16 @@ def test_cli_refuses_bad_input_with_exit_code_2(capsys):
                  "--input", "voc=s3://b/voc/", "--hp", "epochs=zero"])
     assert code == 2
     assert "epochs=zero" in capsys.readouterr().err
+
+
+def test_a_job_without_data_is_refused_and_told_the_channels():
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge")
+    with pytest.raises(LaunchError) as err:
+        launch(spec, {}, wait=False, session=stubbed_session()[0])
+    for words in ("{'voc'", "{'coco'", "{'train'", "data_s3_uri"):
+        assert words in str(err.value)
+    session, captured, _ = stubbed_session()
+    launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge",
+                   output_path="s3://frcnn-test-bucket/out/",
+                   hyperparameters={"data_s3_uri": "s3://b/voc/"}), {}, wait=False, session=session)
+    assert captured["HyperParameters"]["data_s3_uri"] == "s3://b/voc/"

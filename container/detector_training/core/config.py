@@ -35,6 +35,8 @@ FAMILY_NETWORKS = {
         "mask_rcnn_resnet101_v1d_coco",
         "mask_rcnn_fpn_resnet101_v1d_coco",
     ),
+    "yolo3": tuple("yolo3_%s_%s" % (base, data) for base in ("darknet53", "mobilenet1.0", "mobilenet0.25")
+                   for data in ("voc", "coco", "custom")),  # mobilenet0.25: CPU tests and demos
 }
 NETWORKS = tuple(n for names in FAMILY_NETWORKS.values() for n in names)
 FPN_NETWORKS = tuple(n for n in NETWORKS if "_fpn_" in n)
@@ -64,6 +66,10 @@ PRESETS = {
     "coco": dict(epochs=26, lr=0.01, lr_decay_epoch=(17, 23), lr_warmup=1000, wd=1e-4,
                  lr_base_batch_size=8, train_splits=COCO_SPLITS, val_splits=COCO_VAL_SPLITS),
 }
+# GluonCV's train_yolo3.py (its published models: global batch 64, 200 epochs on VOC with decay at
+# 160,180 and 4 warm-up epochs, about 1000 iterations; 280 on COCO with decay at 220,250).
+_YOLO_VOC = dict(epochs=200, lr=0.001, lr_decay_epoch=(160, 180), lr_warmup=1000, wd=5e-4,
+                 lr_base_batch_size=64)
 FAMILY_PRESETS = {
     "faster_rcnn": {},
     # GluonCV's train_mask_rcnn.py: global batch 8, lr 0.00125 per image (0.01 at 8), decay at
@@ -71,12 +77,17 @@ FAMILY_PRESETS = {
     # decay on biases (no_wd also spares BatchNorm's beta and gamma).
     "mask_rcnn": {"coco": dict(batch_size=8, lr=0.01, lr_base_batch_size=8, lr_decay_epoch=(17, 23),
                                epochs=26, lr_warmup=1000, wd=1e-4, no_wd=True)},
+    "yolo3": {"voc": _YOLO_VOC, "custom": _YOLO_VOC,
+              "coco": dict(_YOLO_VOC, epochs=280, lr_decay_epoch=(220, 250), lr_warmup=3600)},
 }
 # Datasets a family can train on (others: all). Mask R-CNN needs instance masks: COCO-format
 # 'segmentation's.
 FAMILY_DATASETS = {"mask_rcnn": ("coco",)}
-# Options a family cannot honour (GluonCV's mixup blends boxes, not instance masks).
-FAMILY_UNSUPPORTED = {"mask_rcnn": ("mixup",)}
+# Hyperparameters that only some families use: turning them on for another is a ConfigError
+# (Mask R-CNN: GluonCV's mixup blends boxes, not instance masks; final_fit would train on the
+# validation split's images without objects, which its training transform cannot take).
+FAMILY_OPTIONS = {"label_smooth": ("yolo3",), "multi_scale": ("yolo3",),
+                  "mixup": ("faster_rcnn", "yolo3"), "final_fit": ("faster_rcnn", "yolo3")}
 
 
 def family_of(network):
@@ -270,6 +281,13 @@ class TrainConfig:
                                                  "Training splits, e.g. 2007_trainval,2012_trainval.")
     val_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
                                                "Validation splits, e.g. 2007_test.")
+    val_fraction: float = hp(0.0, check(parse_float, lambda v: 0 <= v <= 0.5, "a number in [0, 0.5]"),
+                             "voc/custom: carve this share of the training images (seeded by "
+                             "seed) as the validation split instead of val_splits; 0: use "
+                             "val_splits.")
+    final_fit: bool = hp(False, parse_bool,
+                         "Train on the training and validation images together (a final fit "
+                         "after tuning); validation still runs, on seen images.")
     short: Optional[Tuple[int, ...]] = hp(None, optional(check(parse_int_list, lambda v: len(v) > 0 and min(v) >= 32, "image sizes >= 32")),
                                           "Shorter image side; several values train multi-scale. "
                                           "Default: the network's (600 for VOC).")
@@ -288,6 +306,11 @@ class TrainConfig:
                          "Learning-rate decay factor.")
     lr_decay_epoch: Optional[Tuple[int, ...]] = hp(None, optional(check(parse_int_list, lambda v: all(e >= 1 for e in v), "epochs >= 1")),
                                                    "Epochs at which the learning rate decays, e.g. 14,20.")
+    lr_mode: str = hp("step", choice(("step", "poly", "cosine")),
+                      "After warm-up: step (decay at lr_decay_epoch), poly or cosine (over the "
+                      "remaining iterations).")
+    lr_poly_power: float = hp(2.0, check(parse_float, lambda v: v > 0, "a number > 0"),
+                              "Power of the poly schedule (GluonCV's YOLOv3 uses 2).")
     lr_warmup: Optional[int] = hp(None, optional(check(parse_int, lambda v: v >= -1, "an integer >= -1")),
                                   "Warm-up iterations (-1 or 0: none).")
     lr_warmup_factor: float = hp(1.0 / 3.0, check(parse_float, lambda v: 0 < v <= 1, "a number in (0, 1]"),
@@ -301,6 +324,12 @@ class TrainConfig:
     clip_gradient: float = hp(-1.0, parse_float, "Clip gradients at this value; <= 0 turns clipping off.")
     mixup: bool = hp(False, parse_bool, "Mixup training augmentation.")
     no_mixup_epochs: int = hp(20, _nonneg_int, "Turn mixup off for the last N epochs.")
+    label_smooth: bool = hp(False, parse_bool, "YOLOv3: label smoothing of the class targets.")
+    multi_scale: bool = hp(False, parse_bool,
+                           "YOLOv3: train at random square sizes (multiples of 32 from 0.75x to "
+                           "1.5x short, e.g. 320..608 for 416), a new size every "
+                           "multi_scale_interval batches.")
+    multi_scale_interval: int = hp(10, _pos_int, "YOLOv3 multi-scale: batches per input size.")
     amp: bool = hp(False, parse_bool, "Automatic mixed precision (GPU only).")
     static_alloc: bool = hp(False, parse_bool, "static_alloc when hybridizing (faster, more memory).")
     disable_hybridization: bool = hp(False, parse_bool, "Run the network imperatively.")
@@ -311,7 +340,7 @@ class TrainConfig:
     rcnn_num_samples: Optional[int] = hp(None, optional(_at_least_4),
                                          "RoIs sampled per image to train the R-CNN heads. Default: "
                                          "the network's (C4 128 or 256, FPN 512, "
-                                         "faster_rcnn_resnet18_v1b_voc 64); fewer train faster.")
+                                         "faster_rcnn_resnet18_v1b_voc 32); fewer train faster.")
     rpn_smoothl1_rho: float = hp(1.0 / 9.0, check(parse_float, lambda v: v > 0, "a number > 0"),
                                  "RPN box regression smooth-L1 rho.")
     rcnn_smoothl1_rho: float = hp(1.0, check(parse_float, lambda v: v > 0, "a number > 0"),
@@ -476,18 +505,22 @@ def validate(config):
     if config.dataset == "voc" and config.classes:
         problems.append("classes is only used with dataset=custom or coco (dataset=voc has its 20 "
                         "classes)")
-    family = config.family
-    if config.dataset not in FAMILY_DATASETS.get(family, DATASETS):
-        problems.append("network=%s trains on dataset=%s only, not dataset=%s"
-                        % (config.network, " or ".join(FAMILY_DATASETS[family]), config.dataset))
-    for option in FAMILY_UNSUPPORTED.get(family, ()):
-        if getattr(config, option):
-            problems.append("%s=true is not available for %s networks" % (option, family))
+    if config.dataset not in FAMILY_DATASETS.get(config.family, DATASETS):
+        problems.append("network=%s trains on dataset=%s only, not dataset=%s" % (
+            config.network, " or ".join(FAMILY_DATASETS[config.family]), config.dataset))
     if config.dataset == "coco" and len(config.val_splits or ()) > 1:
         problems.append("val_splits=%s: COCO validation reads one annotation file; name one split"
                         % ",".join(config.val_splits))
     if len(set(config.classes)) != len(config.classes):
         problems.append("classes contains duplicates: %s" % ",".join(config.classes))
+    if config.dataset == "coco" and config.val_fraction > 0:
+        problems.append("val_fraction=%g: COCO's metric scores a whole annotation file, so a "
+                        "validation split cannot be carved from coco training data; name one "
+                        "with val_splits" % config.val_fraction)
+    for option, families in FAMILY_OPTIONS.items():
+        if getattr(config, option) and config.family not in families:
+            problems.append("%s=true applies to %s networks only, not to %s" % (
+                option, " and ".join(families), config.network))
     decay = config.lr_decay_epoch
     if list(decay) != sorted(set(decay)):
         problems.append("lr_decay_epoch=%s must be strictly increasing" % ",".join(map(str, decay)))

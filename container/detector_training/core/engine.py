@@ -166,12 +166,18 @@ class LearningRateHook(Hook):
 
 
 class EpochSetupHook(Hook):
-    """Sampler epoch (order and shard), and GluonCV's mixup schedule."""
+    """Sampler epoch (order and shard), and the mixup schedule: mixing ratios drawn from
+    ``numpy.random.<mixup_draw[0]>(*mixup_draw[1:])`` with the losses weighted by
+    ``mixup_loss_weight``, except in the last ``no_mixup_epochs`` epochs (the family's choice;
+    GluonCV's Faster R-CNN mixes evenly, its YOLOv3 draws from Beta(1.5, 1.5))."""
 
-    def __init__(self, sampler, mixup_dataset, hybridize):
+    def __init__(self, sampler, mixup_dataset, hybridize, mixup_draw=("uniform", 0.5, 0.5),
+                 mixup_loss_weight=0.5):
         self.sampler = sampler
         self.mixup = mixup_dataset
         self.hybridize = hybridize
+        self.mixup_draw = tuple(mixup_draw)
+        self.mixup_loss_weight = mixup_loss_weight
 
     def before_epoch(self, engine):
         self.hybridize()
@@ -184,9 +190,8 @@ class EpochSetupHook(Hook):
             self.mixup.set_mixup(None)
             engine.step.mix_ratio = 1.0
         else:
-            # Even mixing only, as GluonCV: the target generator cannot weight the boxes.
-            self.mixup.set_mixup(np.random.uniform, 0.5, 0.5)
-            engine.step.mix_ratio = 0.5
+            self.mixup.set_mixup(getattr(np.random, self.mixup_draw[0]), *self.mixup_draw[1:])
+            engine.step.mix_ratio = self.mixup_loss_weight
 
 
 def format_metrics(values, names):

@@ -1,4 +1,5 @@
-"""Files that readers never see half-written: the package's one atomic-write helper.
+"""Files that readers never see half-written: the package's one atomic-write helper (and a
+bounded reader for the small JSON files that come with untrusted input).
 
 Everything the job leaves behind (checkpoint pointers, the model directory, the report, the
 data-fetch completion marker, prediction pictures) goes through :func:`atomic_write`: the bytes
@@ -62,3 +63,18 @@ def atomic_write_text(path, text):
 def write_json(path, value):
     """``value`` as indented, key-sorted JSON (anything else JSON cannot encode as its str)."""
     atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True, default=str) + "\n")
+
+
+class TooLarge(ValueError):
+    pass
+
+
+def read_small_json(path, cap):
+    """JSON from a file of at most ``cap`` bytes (a classes.json or config.json that came with a
+    user's model): a larger file raises TooLarge before anything is parsed; invalid JSON raises
+    ValueError, a missing file OSError."""
+    with open(path, "rb") as handle:
+        data = handle.read(cap + 1)
+    if len(data) > cap:
+        raise TooLarge("%s is larger than %d bytes" % (os.path.basename(path), cap))
+    return json.loads(data.decode("utf-8"))

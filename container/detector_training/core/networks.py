@@ -199,6 +199,14 @@ def initialize_new_parameters(net):
             param.initialize(default_init=mx.init.MSRAPrelu(slope=0.0))
 
 
+def trainable_params(net):
+    """The parameters the optimizer updates: GluonCV's ``collect_train_params`` where a network has
+    one (R-CNN networks: their train_patterns), else all (parameters with grad_req 'null', such as
+    BatchNorm statistics and YOLOv3's anchors, are left alone by the trainer)."""
+    collect = getattr(net, "collect_train_params", None)
+    return collect() if collect is not None else net.collect_params()
+
+
 def apply_no_wd(net):
     """GluonCV's --no-wd: no weight decay on biases and BatchNorm beta/gamma."""
     net.collect_params(".*beta|.*gamma|.*bias").setattr("wd_mult", 0.0)

@@ -4,7 +4,8 @@
 ``classes.json``) into three files in the model directory:
 
 * ``training_curves.png``: the family's losses per epoch, and mAP per validated epoch (Mask
-  R-CNN: box and mask mAP);
+  R-CNN: box and mask mAP) with the learning rate of each epoch beside it (its own axis), so a
+  decay step shows next to a dip;
 * ``per_class_ap.md``: a Markdown table of AP per class with a final mAP row (Mask R-CNN: a box
   AP and a mask AP column);
 * ``per_class_ap.csv``: the same table as CSV.
@@ -31,6 +32,7 @@ MAP_COLOUR = "tab:purple"  # used by nothing else in the figure
 # a column is shown when the validation (or the history) has its headline.
 AP_COLUMNS = (("AP", "per_class", "mAP", MAP_COLOUR),
               ("mask AP", "mask_per_class", "mask_mAP", "tab:gray"))
+LR_COLOUR = "tab:brown"  # the learning rate, on the mAP panel's right-hand axis; nothing else
 
 
 def write_report(model_dir, history, validation, classes, loss_names=LOSS_KEYS):
@@ -144,10 +146,18 @@ def _curves_png(history, loss_names=LOSS_KEYS):
     else:
         maps.text(0.5, 0.5, "no validated epoch", ha="center", va="center",
                   transform=maps.transAxes)
-    maps.set_title("Validation mAP")
+    maps.set_title("Validation mAP and learning rate")
     maps.set_xlabel("epoch")
     maps.set_ylabel("mAP")
     maps.grid(True, alpha=0.3)
+    rates = [(e, _number(entry.get("lr"))) for e, entry in zip(epochs, history)]
+    rates = [(e, r) for e, r in rates if r is not None and r > 0]
+    if rates:  # the lr an epoch ended with; log scale so every decay is one visible step
+        lr_axis = maps.twinx()
+        lr_axis.plot([e for e, _ in rates], [r for _, r in rates], drawstyle="steps-mid",
+                     linestyle="--", color=LR_COLOUR)
+        lr_axis.set_yscale("log")
+        lr_axis.set_ylabel("learning rate (dashed)")
     for axes in (losses, maps):  # whole epochs on the x axis, also for a single epoch
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()

@@ -1,20 +1,40 @@
 """Learning-rate schedule (pure) and the optimizer.
 
-Schedule, as GluonCV's Faster R-CNN script: linear warm-up from ``lr * lr_warmup_factor`` to
-``lr`` over the first ``lr_warmup`` iterations, then step decay by ``lr_decay`` at each epoch in
-``lr_decay_epoch`` (epochs counted from 0, so decay at 14 applies from the 15th epoch). The base
-``lr`` is already scaled to the global batch (see TrainConfig.effective_lr).
+Linear warm-up from ``lr * lr_warmup_factor`` to ``lr`` over the first ``lr_warmup`` iterations,
+then, by ``lr_mode``:
+
+* ``step`` (GluonCV's Faster R-CNN and YOLOv3 default): decay by ``lr_decay`` at each epoch in
+  ``lr_decay_epoch`` (epochs counted from 0, so decay at 14 applies from the 15th epoch);
+* ``poly``: ``lr * (1 - p) ** lr_poly_power``, ``p`` the share of the post-warm-up iterations done;
+* ``cosine``: ``lr * (1 + cos(pi * p)) / 2``.
+
+Iterations are this rank's steps (every rank runs the same number; ``steps_per_epoch`` is the
+per-rank count), never images or global batches, so a job with more ranks does not run the
+schedule faster. The base ``lr`` is already scaled to the global batch (TrainConfig.effective_lr).
 """
 
+import math
+
 from detector_training.errors import ConfigError
-from detector_training.core.networks import apply_no_wd
+from detector_training.core.networks import apply_no_wd, trainable_params
 
 
-def lr_at(config, base_lr, epoch, global_step):
+def lr_at(config, base_lr, epoch, global_step, steps_per_epoch=None):
     """Learning rate for iteration ``global_step`` (0-based, counted over the whole job) in ``epoch``."""
-    decays = sum(1 for boundary in config.lr_decay_epoch if epoch >= boundary)
-    lr = base_lr * (config.lr_decay ** decays)
+    mode = getattr(config, "lr_mode", "step")
     warmup = config.warmup_iters
+    if mode == "step":
+        decays = sum(1 for boundary in config.lr_decay_epoch if epoch >= boundary)
+        lr = base_lr * (config.lr_decay ** decays)
+    else:
+        if not steps_per_epoch:
+            raise ValueError("lr_mode=%s needs the steps per epoch" % mode)
+        total = max(1, config.epochs * steps_per_epoch - warmup)
+        done = min(1.0, max(0, global_step - warmup) / float(total))
+        if mode == "poly":
+            lr = base_lr * (1.0 - done) ** config.lr_poly_power
+        else:
+            lr = base_lr * 0.5 * (1.0 + math.cos(math.pi * done))
     if warmup and global_step < warmup:
         alpha = float(global_step) / warmup
         lr *= config.lr_warmup_factor * (1.0 - alpha) + alpha
@@ -46,7 +66,7 @@ def make_trainer(config, net, dist, base_lr):
     """SGD over the trainable parameters; Horovod's DistributedTrainer when there are ranks."""
     if config.no_wd:
         apply_no_wd(net)
-    trainer = dist.make_trainer(net.collect_train_params(), "sgd",
+    trainer = dist.make_trainer(trainable_params(net), "sgd",
                                 optimizer_params(config, base_lr), config.kv_store)
     if config.amp:
         from mxnet.contrib import amp

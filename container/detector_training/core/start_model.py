@@ -11,13 +11,13 @@ reused.
 """
 
 import glob
-import json
 import logging
 import os
 import posixpath
 import shutil
 import tempfile
 
+from detector_training.core.files import TooLarge, read_small_json
 from detector_training.errors import DataError
 
 LOG = logging.getLogger(__name__)
@@ -25,9 +25,7 @@ LOG = logging.getLogger(__name__)
 PARAMS_FILES = ("model-best.params", "model.params")  # in order of preference
 CLASSES_FILE = "classes.json"
 ARCHIVE_PATTERNS = ("*.tar.gz", "*.tgz", "*.tar")
-# The parameters shaped by the class list, which reset_class re-initialises (Mask R-CNN: and the
-# mask head's last convolution, one mask per class).
-CLASS_HEADS = ("class_predictor", "box_predictor", "mask.mask.")
+CLASSES_CAP = 1 << 20  # the same cap as for a classes.json inside a model.tar.gz
 
 
 def start_from_channel(net, channel, ctx):
@@ -75,8 +73,10 @@ def _model_files_in(root, walk=False):
     classes = None
     if os.path.isfile(classes_path):
         try:
-            with open(classes_path) as handle:
-                classes = json.load(handle)
+            classes = read_small_json(classes_path, CLASSES_CAP)
+        except TooLarge as exc:
+            raise DataError("%s in the 'model' channel: %s." % (CLASSES_FILE, exc),
+                            "use the classes.json the earlier job wrote.") from None
         except ValueError as exc:
             raise DataError("%s in the 'model' channel is not valid JSON (%s)." % (CLASSES_FILE, exc),
                             "use the classes.json the earlier job wrote.") from None
@@ -132,14 +132,19 @@ def load_start_model(net, params_path, saved_classes, ctx):
         raise DataError("no parameter of %s fits this network (%d saved arrays, none with a name and "
                         "shape of the network's)." % (os.path.basename(params_path), len(saved)),
                         "start from a model of the same network, or drop the 'model' channel.")
-    kept_rows = []
+    kept_rows, replaced = [], set()
     if differ:
         kept_rows = [c for c in new_classes if c in saved_classes]
         _forget_target_generator(net)
         net.reset_class(new_classes, reuse_weights=list(kept_rows) or None)
+        # The class head is what reset_class replaced (Faster R-CNN: class and box predictors;
+        # Mask R-CNN: and the mask head's last layer; YOLOv3: each output's prediction layer),
+        # whatever the family calls it.
+        after = net._collect_params_with_prefix()  # pylint: disable=protected-access
+        replaced = {n for n, p in after.items() if own.get(n) is not p}
     return {"path": params_path, "saved_classes": saved_classes, "classes": new_classes,
-            "reused": [n for n in reused if not (differ and n.startswith(CLASS_HEADS))],
-            "reinitialised": [n for n in own if differ and n.startswith(CLASS_HEADS)],
+            "reused": [n for n in reused if n not in replaced],
+            "reinitialised": [n for n in own if n in replaced],
             "mismatched": mismatched, "unused": [n for n in saved if n not in own],
             "kept_rows": kept_rows, "total": len(own)}
 
@@ -158,8 +163,8 @@ def _forget_target_generator(net):
 
 def _blocks(names):
     counts = {}
-    for name in names:  # a block by its first name, a class head by its own (mask.mask)
-        block = next((h.rstrip(".") for h in CLASS_HEADS if name.startswith(h)), name.split(".")[0])
+    for name in names:
+        block = name.split(".")[0]
         counts[block] = counts.get(block, 0) + 1
     return ", ".join("%s (%d)" % item for item in counts.items()) or "none"
 

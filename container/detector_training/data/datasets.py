@@ -192,6 +192,34 @@ class SubsetDataset:
         """The reader underneath (GluonCV's COCO metric reads its annotations)."""
         return self._base
 
+    def subset(self, positions):
+        """The items at these positions of this subset (a carved split)."""
+        return SubsetDataset(self._base, [self._indices[p] for p in positions],
+                             [self._paths[p] for p in positions], self._fix)
+
+    def transform(self, fn, lazy=True):
+        import mxnet as mx
+
+        return mx.gluon.data.SimpleDataset(self).transform(fn, lazy)
+
+
+class ConcatDataset:
+    """Two datasets end to end (the final fit: training and validation images together)."""
+
+    def __init__(self, first, second):
+        self._parts = (first, second)
+
+    def __len__(self):
+        return len(self._parts[0]) + len(self._parts[1])
+
+    def __getitem__(self, idx):
+        first = len(self._parts[0])
+        return self._parts[0][idx] if idx < first else self._parts[1][idx - first]
+
+    @property
+    def classes(self):
+        return self._parts[0].classes
+
     def transform(self, fn, lazy=True):
         import mxnet as mx
 
@@ -223,12 +251,59 @@ def _voc_dataset(devkit, splits, classes, what):
 
 
 def build_datasets(config, data_root, instances=False):
-    """Training and validation datasets for the configured dataset kind; ``instances``: COCO-format
-    data with each object's mask (a family that segments asks for them)."""
-    if config.dataset == "coco":
-        return _coco_datasets(config, data_root, instances)
+    """Training and validation datasets for the configured dataset kind; with ``val_fraction`` the
+    validation images are carved from the training ones, with ``final_fit`` the training set is
+    training plus validation images (shared by every family). ``instances``: COCO-format data with
+    each object's mask (a family that segments asks for them)."""
+    datasets = _coco_datasets(config, data_root, instances) if config.dataset == "coco" \
+        else _voc_datasets(config, data_root)
+    if config.val_fraction > 0:
+        datasets = carve_validation(datasets, config.val_fraction, config.seed)
+    if config.final_fit:
+        datasets = final_fit(datasets)
+    return datasets
+
+
+def carve_validation(datasets, fraction, seed):
+    """A validation split carved from the training images: ``round(fraction * N)`` of them (at
+    least 1, leaving at least 1 to train), chosen by a generator seeded with ``seed``, so every
+    rank and every resumed run carves the same split."""
+    total = len(datasets.train)
+    if total < 2:
+        raise DataError("val_fraction=%g needs at least 2 training images to carve a validation "
+                        "split from; there are %d." % (fraction, total),
+                        "add training images, or set val_fraction=0 and name val_splits.")
+    count = min(total - 1, max(1, int(round(fraction * total))))
+    order = list(range(total))
+    random.Random("carve-%d" % seed).shuffle(order)
+    val_positions, train_positions = sorted(order[:count]), sorted(order[count:])
+    logging.getLogger("detector_training").info(
+        "validation split: carved %d of %d training images (val_fraction=%g, seed=%d); "
+        "val_splits not used", count, total, fraction, seed)
+    ratios = datasets.aspect_ratios
+    return Datasets(train=datasets.train.subset(train_positions),
+                    val=datasets.train.subset(val_positions), classes=datasets.classes,
+                    aspect_ratios=[ratios[p] for p in train_positions],
+                    val_aspect_ratios=[ratios[p] for p in val_positions])
+
+
+def final_fit(datasets):
+    """Train on the training and the validation images together (AutoGluon's final fit, once the
+    hyperparameters are chosen). Validation still runs, on images the model has now seen."""
+    logging.getLogger("detector_training").info(
+        "final fit: training on %d training + %d validation images; validation scores are on "
+        "images the model trains on", len(datasets.train), len(datasets.val))
+    return Datasets(train=ConcatDataset(datasets.train, datasets.val), val=datasets.val,
+                    classes=datasets.classes,
+                    aspect_ratios=list(datasets.aspect_ratios) + list(
+                        datasets.val_aspect_ratios or [1.0] * len(datasets.val)),
+                    val_aspect_ratios=datasets.val_aspect_ratios)
+
+
+def _voc_datasets(config, data_root):
     train_splits = voc_splits(config.train_splits)
-    val_splits = voc_splits(config.val_splits)
+    # A carved validation split (val_fraction) reads no validation split files.
+    val_splits = voc_splits(config.val_splits) if config.val_fraction <= 0 else []
     years = sorted({y for y, _ in train_splits + val_splits})
     devkit = find_devkit(data_root, years)
     _check_split_files(devkit, train_splits + val_splits)
@@ -239,6 +314,9 @@ def build_datasets(config, data_root, instances=False):
     else:
         classes = tuple(c.lower() for c in config.classes) or infer_voc_classes(devkit, train_splits)
     train, train_items = _voc_dataset(devkit, train_splits, classes, "training")
+    if not val_splits:
+        return Datasets(train=train, val=None, classes=classes,
+                        aspect_ratios=voc_aspect_ratios(train_items))
     val, val_items = _voc_dataset(devkit, val_splits, classes, "validation")
     return Datasets(train=train, val=val, classes=classes, aspect_ratios=voc_aspect_ratios(train_items),
                     val_aspect_ratios=voc_aspect_ratios(val_items))
@@ -268,11 +346,64 @@ def _coco_datasets(config, data_root, instances=False):
                     val_aspect_ratios=list(val.get_im_aspect_ratio()))
 
 
+class MultiScaleBatchSampler:
+    """Multi-scale training: the equal-steps batches, each sample tagged with the input size to
+    use, as ``(index, size choice)``. A new size is drawn every ``interval`` batches from a
+    generator seeded by (seed, epoch, rank, batch group), so a resumed epoch sees the same sizes
+    and ranks draw their own. Every sample of a batch has the same size (they are stacked)."""
+
+    def __init__(self, inner, choices, interval, seed, rank):
+        self._inner = inner
+        self._choices = choices
+        self._interval = max(1, int(interval))
+        self._seed = seed
+        self._rank = rank
+        self._epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch, skip=0):
+        self._epoch, self._skip = epoch, skip
+        self._inner.set_epoch(epoch, skip)
+
+    def __len__(self):
+        return len(self._inner)
+
+    def choice(self, epoch, batch_number):
+        group = batch_number // self._interval
+        rng = random.Random("%d-%d-%d-%d" % (self._seed, epoch, self._rank, group))
+        return rng.randrange(self._choices)
+
+    def batches(self, epoch):
+        return [[(i, self.choice(epoch, n)) for i in batch]
+                for n, batch in enumerate(self._inner.batches(epoch))]
+
+    def __iter__(self):
+        return iter(self.batches(self._epoch)[self._skip:])
+
+
+class PerSampleTransformDataset:
+    """``dataset[(index, k)]`` is ``transforms[k](*dataset[index])`` (the multi-scale sampler's
+    keys); a plain index uses the first transform."""
+
+    def __init__(self, dataset, transforms):
+        self._dataset = dataset
+        self._transforms = list(transforms)
+
+    def __len__(self):
+        return len(self._dataset)
+
+    def __getitem__(self, key):
+        index, choice = key if isinstance(key, tuple) else (key, 0)
+        return self._transforms[choice](*self._dataset[index])
+
+
 def shard_loader(config, datasets, world, per_rank_batch, steps, transform, batchify,
-                 num_workers):
+                 num_workers, scale_interval=10):
     """This rank's training loader: its shard of the training set through the equal-steps
     sampler, ``transform`` per sample (a family's train transform), ``batchify`` per batch; mixup
-    around the dataset when configured. Returns the handles the engine needs each epoch."""
+    around the dataset when configured. ``transform`` may be a list (one per input size, for
+    multi-scale training): each batch then takes one of them, a new draw every
+    ``scale_interval`` batches. Returns the handles the engine needs each epoch."""
     import mxnet as mx
 
     dataset = datasets.train
@@ -283,7 +414,12 @@ def shard_loader(config, datasets, world, per_rank_batch, steps, transform, batc
         dataset = mixup = MixupDetection(dataset)
     sampler = EqualStepsBatchSampler(datasets.aspect_ratios, per_rank_batch, world.size,
                                      world.rank, steps, seed=config.seed)
-    transformed = dataset.transform(transform)
+    if isinstance(transform, (list, tuple)):
+        transformed = PerSampleTransformDataset(dataset, transform)
+        sampler = MultiScaleBatchSampler(sampler, len(transform), scale_interval, config.seed,
+                                         world.rank)
+    else:
+        transformed = dataset.transform(transform)
     loader = mx.gluon.data.DataLoader(transformed, batch_sampler=sampler, batchify_fn=batchify,
                                       num_workers=num_workers)
     return TrainData(loader, sampler, mixup, lambda: batchify(

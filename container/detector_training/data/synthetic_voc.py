@@ -3,7 +3,9 @@
 ``VOCdevkit/VOC2007`` (trainval + test) and ``VOCdevkit/VOC2012`` (trainval), with JPEG images,
 VOC XML annotations and ``ImageSets/Main`` split files, so every code path that reads real VOC
 reads this too. Objects are simple filled shapes on textured backgrounds; image sizes and aspect
-ratios vary so the aspect-ratio bucketing of the sampler has something to sort.
+ratios vary so the aspect-ratio bucketing of the sampler has something to sort. A *style* says
+which shapes, colours and object sizes: ``shapes`` (the demo's, the default) and ``other``
+(different shapes, palette and sizes, for measuring how a detector learns beyond the demo).
 """
 
 import argparse
@@ -14,6 +16,7 @@ import random
 import shutil
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 
 from PIL import Image, ImageDraw, ImageFilter
@@ -22,6 +25,27 @@ from detector_training.data.voc_layout import VOC_TAR_MB
 
 SHAPES = ("circle", "square", "triangle")
 _SIZES = ((160, 120), (120, 160), (176, 128), (144, 144), (200, 120))
+
+
+@dataclass(frozen=True)
+class Style:
+    """How the objects of a generated dataset look. Class i is drawn as ``shapes[i % len]``."""
+
+    shapes: tuple
+    side_divisors: tuple  # an object's longer side lies in [short // a, short // b] pixels
+    min_side: int
+    max_objects: int
+    palette: tuple = ()  # object colours to pick from; empty: any RGB colour
+    aspect: tuple = ()  # (lo, hi) width / height of an object's box; empty: square boxes
+
+
+# Sky-, earth- and signal-like colours, unlike the demo's uniformly random ones.
+_OTHER_PALETTE = ((20, 20, 20), (245, 245, 245), (200, 30, 30), (30, 90, 200), (240, 200, 20),
+                  (40, 150, 60))
+STYLES = {
+    "shapes": Style(SHAPES, (5, 2), 24, 3),
+    "other": Style(("ellipse", "cross", "diamond"), (8, 3), 14, 4, _OTHER_PALETTE, (0.6, 1.6)),
+}
 
 
 def _background(rng, width, height):
@@ -38,57 +62,81 @@ def _background(rng, width, height):
 
 def _draw(draw, shape, box, colour):
     x0, y0, x1, y1 = box
-    if shape == "circle":
+    if shape in ("circle", "ellipse"):
         draw.ellipse(box, fill=colour)
     elif shape == "square":
         draw.rectangle(box, fill=colour)
+    elif shape == "cross":  # a plus sign whose bars are a third of the box wide
+        dx, dy = (x1 - x0) / 3.0, (y1 - y0) / 3.0
+        draw.rectangle((x0, y0 + dy, x1, y1 - dy), fill=colour)
+        draw.rectangle((x0 + dx, y0, x1 - dx, y1), fill=colour)
+    elif shape == "diamond":
+        xm, ym = (x0 + x1) / 2.0, (y0 + y1) / 2.0
+        draw.polygon([(xm, y0), (x1, ym), (xm, y1), (x0, ym)], fill=colour)
     else:
         draw.polygon([((x0 + x1) / 2.0, y0), (x1, y1), (x0, y1)], fill=colour)
 
 
 def shape_polygon(shape, box, points=32):
     """The outline _draw fills for ``box`` (pixel-inclusive corners), as [(x, y)] in COCO's
-    continuous coordinates (pixel i spans [i, i + 1)); circles as a ``points``-gon."""
+    continuous coordinates (pixel i spans [i, i + 1)); circles and ellipses as a ``points``-gon."""
     import math
 
     x0, y0, x1, y1 = box
-    if shape == "circle":
-        cx, cy, rx, ry = (x0 + x1 + 1) / 2.0, (y0 + y1 + 1) / 2.0, (x1 - x0 + 1) / 2.0, (y1 - y0 + 1) / 2.0
-        return [(cx + rx * math.cos(2 * math.pi * k / points), cy + ry * math.sin(2 * math.pi * k / points))
+    left, top, right, bottom = x0, y0, x1 + 1, y1 + 1
+    xm, ym = (left + right) / 2.0, (top + bottom) / 2.0
+    if shape in ("circle", "ellipse"):
+        rx, ry = (right - left) / 2.0, (bottom - top) / 2.0
+        return [(xm + rx * math.cos(2 * math.pi * k / points), ym + ry * math.sin(2 * math.pi * k / points))
                 for k in range(points)]
     if shape == "square":
-        return [(x0, y0), (x1 + 1, y0), (x1 + 1, y1 + 1), (x0, y1 + 1)]
-    return [((x0 + x1 + 1) / 2.0, y0), (x1 + 1, y1 + 1), (x0, y1 + 1)]
+        return [(left, top), (right, top), (right, bottom), (left, bottom)]
+    if shape == "cross":  # the plus sign of two bars a third of the box wide
+        dx, dy = (right - left) / 3.0, (bottom - top) / 3.0
+        return [(left + dx, top), (right - dx, top), (right - dx, top + dy), (right, top + dy),
+                (right, bottom - dy), (right - dx, bottom - dy), (right - dx, bottom),
+                (left + dx, bottom), (left + dx, bottom - dy), (left, bottom - dy),
+                (left, top + dy), (left + dx, top + dy)]
+    if shape == "diamond":
+        return [(xm, top), (right, ym), (xm, bottom), (left, ym)]
+    return [(xm, top), (right, bottom), (left, bottom)]
 
 
 def _overlaps(box, boxes):
     return any(not (box[2] < b[0] or b[2] < box[0] or box[3] < b[1] or b[3] < box[1]) for b in boxes)
 
 
-def shape_of(name, classes):
-    """The shape a class is drawn as."""
-    return SHAPES[list(classes).index(name) % len(SHAPES)]
+def shape_of(name, classes, style="shapes"):
+    """The shape a class is drawn as in a style."""
+    shapes = STYLES[style].shapes
+    return shapes[list(classes).index(name) % len(shapes)]
 
 
-def make_image(rng, classes):
+def make_image(rng, classes, style="shapes"):
     """One image and its objects as (name, xmin, ymin, xmax, ymax), pixel-inclusive, 0-based."""
+    look = STYLES[style]
     width, height = rng.choice(_SIZES)
     img = _background(rng, width, height)
     draw = ImageDraw.Draw(img)
     objects, boxes = [], []
-    for _ in range(rng.randint(1, 3)):
-        side = rng.randint(max(24, min(width, height) // 5), min(width, height) // 2)
+    short = min(width, height)
+    for _ in range(rng.randint(1, look.max_objects)):
+        side = rng.randint(max(look.min_side, short // look.side_divisors[0]), short // look.side_divisors[1])
+        box_w = box_h = side
+        if look.aspect:  # the longer side is `side`
+            ratio = rng.uniform(*look.aspect)
+            box_w, box_h = (side, max(8, int(side / ratio))) if ratio >= 1 else (max(8, int(side * ratio)), side)
         for _attempt in range(10):
-            x0 = rng.randint(0, width - side - 1)
-            y0 = rng.randint(0, height - side - 1)
-            box = (x0, y0, x0 + side, y0 + side)
+            x0 = rng.randint(0, width - box_w - 1)
+            y0 = rng.randint(0, height - box_h - 1)
+            box = (x0, y0, x0 + box_w, y0 + box_h)
             if not _overlaps(box, boxes):
                 break
         else:
             continue
         name = rng.choice(classes)
-        colour = tuple(rng.randint(0, 255) for _ in range(3))
-        _draw(draw, shape_of(name, classes), box, colour)
+        colour = rng.choice(look.palette) if look.palette else tuple(rng.randint(0, 255) for _ in range(3))
+        _draw(draw, shape_of(name, classes, style), box, colour)
         boxes.append(box)
         objects.append((name,) + box)
     return img, objects
@@ -115,7 +163,7 @@ def annotation_xml(image_id, folder, width, height, objects):
     return ET.tostring(root, encoding="unicode")
 
 
-def write_year(devkit, year, splits, classes, rng, id_format):
+def write_year(devkit, year, splits, classes, rng, id_format, style="shapes"):
     """Write VOC<year> with the given {split_name: count}; returns {split_name: [ids]}."""
     base = os.path.join(devkit, "VOC%d" % year)
     for sub in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
@@ -126,7 +174,7 @@ def write_year(devkit, year, splits, classes, rng, id_format):
         for _ in range(count):
             counter += 1
             image_id = id_format % counter
-            img, objects = make_image(rng, list(classes))
+            img, objects = make_image(rng, list(classes), style)
             img.save(os.path.join(base, "JPEGImages", image_id + ".jpg"), quality=90)
             xml = annotation_xml(image_id, "VOC%d" % year, img.width, img.height, objects)
             with open(os.path.join(base, "Annotations", image_id + ".xml"), "w") as handle:
@@ -145,13 +193,15 @@ def write_year(devkit, year, splits, classes, rng, id_format):
     return written
 
 
-def generate(root, train_2007=48, test_2007=24, train_2012=24, classes=SHAPES, seed=0):
-    """Create ``root/VOCdevkit/{VOC2007,VOC2012}`` and return the VOCdevkit path."""
+def generate(root, train_2007=48, test_2007=24, train_2012=24, classes=None, seed=0, style="shapes"):
+    """Create ``root/VOCdevkit/{VOC2007,VOC2012}`` and return the VOCdevkit path. ``classes``
+    defaults to the style's shape names."""
+    classes = tuple(classes or STYLES[style].shapes)
     rng = random.Random(seed)
     devkit = os.path.join(root, "VOCdevkit")
-    write_year(devkit, 2007, {"trainval": train_2007, "test": test_2007}, classes, rng, "%06d")
+    write_year(devkit, 2007, {"trainval": train_2007, "test": test_2007}, classes, rng, "%06d", style)
     if train_2012:
-        write_year(devkit, 2012, {"trainval": train_2012}, classes, rng, "2008_%06d")
+        write_year(devkit, 2012, {"trainval": train_2012}, classes, rng, "2008_%06d", style)
     return devkit
 
 
@@ -251,5 +301,9 @@ def cli(argv=None):
     parser.add_argument("--test-2007", type=int, default=24)
     parser.add_argument("--train-2012", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--style", choices=sorted(STYLES), default="shapes",
+                        help="shapes (the demo's circles, squares, triangles) or other (ellipses, "
+                             "crosses, diamonds; own palette, smaller objects)")
     args = parser.parse_args(argv)
-    print(generate(args.root, args.train_2007, args.test_2007, args.train_2012, seed=args.seed))
+    print(generate(args.root, args.train_2007, args.test_2007, args.train_2012, seed=args.seed,
+                   style=args.style))

@@ -6,7 +6,8 @@ import importlib
 from detector_training.core.config import family_of
 
 FAMILIES = {"faster_rcnn": ("detector_training.families.faster_rcnn", "FasterRCNN"),
-            "mask_rcnn": ("detector_training.families.mask_rcnn", "MaskRCNN")}
+            "mask_rcnn": ("detector_training.families.mask_rcnn", "MaskRCNN"),
+            "yolo3": ("detector_training.families.yolo3", "YOLOv3")}
 
 
 def get(network):

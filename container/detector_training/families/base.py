@@ -21,6 +21,10 @@ subclassing :class:`DetectorFamily`:
   model is chosen by, and ``per_class``;
 * ``export``: the deployable symbol/params pair.
 
+Optional, with defaults here: ``check_config`` (rules on hyperparameters that only this family
+has, run before any data is read), ``mixup_draw``/``mixup_loss_weight`` (how mixing ratios are
+drawn, and the weight of the losses while mixup is on).
+
 A new family is one module here that subclasses DetectorFamily, plus its networks in
 ``core/config.py``'s ``FAMILY_NETWORKS`` (and ``FAMILY_PRESETS`` when its defaults differ) and
 its entry in ``families/__init__.py``'s ``FAMILIES``.
@@ -35,6 +39,10 @@ class DetectorFamily:
     metric_names = ()  # logged beside the losses (accuracies, L1 terms)
     score_names = ("mAP", "AP50")  # validation scores (fractions), in the order they are logged
     objective = "mAP"  # the validation score the best model is chosen by
+    # Mixup: ratios from numpy.random.<name>(*args), and the weight of the losses while mixing.
+    # Default (Faster R-CNN): even mixing only, since its target generator cannot weight boxes.
+    mixup_draw = ("uniform", 0.5, 0.5)
+    mixup_loss_weight = 0.5
 
     @property
     def log_names(self):
@@ -42,6 +50,9 @@ class DetectorFamily:
 
     def read_datasets(self, config, root):
         return build_datasets(config, root)
+
+    def check_config(self, config):
+        """Raise ConfigError for hyperparameters this family cannot use (before data is read)."""
 
     def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
         raise NotImplementedError

@@ -20,7 +20,7 @@ LOG = logging.getLogger("detector_training")
 SUPPORTED_GPU_FAMILIES = (
     ("ml.p3", "V100", "sm_70"), ("ml.p3dn", "V100", "sm_70"), ("ml.g4dn", "T4", "sm_75"),
     ("ml.p4d", "A100", "sm_80"), ("ml.p4de", "A100", "sm_80"), ("ml.g5", "A10G", "sm_86"),
-    ("ml.g6", "L4", "sm_89"),
+    ("ml.g6", "L4", "sm_89"), ("ml.g6e", "L40S", "sm_89"),
 )
 UNSUPPORTED_GPU_FAMILIES = (
     ("ml.p5", "H100", "sm_90"), ("ml.p5e", "H200", "sm_90"), ("ml.p5en", "H200", "sm_90"),

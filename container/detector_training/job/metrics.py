@@ -20,12 +20,14 @@ TRAIN_METRICS = {
     "mask_rcnn": ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
                   "rcnn_mask_loss", "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1", "mask_acc",
                   "mask_fg_acc"),
+    "yolo3": ("obj_loss", "center_loss", "scale_loss", "cls_loss"),
 }
 # Each family's validation scores as its validation line names them, in that order (the
 # families' score_names; a test keeps the two equal).
 VALIDATION_SCORES = {
     "faster_rcnn": ("mAP", "AP50"),
     "mask_rcnn": ("mAP", "AP50", "mask_mAP", "mask_AP50"),
+    "yolo3": ("mAP", "AP50"),
 }
 _TRAIN = tuple(dict.fromkeys(n for names in TRAIN_METRICS.values() for n in names))
 _SCORES = tuple(dict.fromkeys(n for names in VALIDATION_SCORES.values() for n in names))
@@ -49,8 +51,9 @@ OBJECTIVE_METRIC = "validation:mAP"
 
 
 def definitions_for(family):
-    """The metric definitions whose lines a job of ``family`` writes (METRIC_DEFINITIONS holds
-    every family's, and the launcher sends them all)."""
+    """The definitions a job of ``family`` fills: its own train:* losses and metrics and
+    validation scores, and the shared ones (speed, data wait, lr). METRIC_DEFINITIONS, sent with
+    every job, holds every family's; those of other families simply get no data points."""
     names = set(_COMMON) | {"train:%s" % n for n in TRAIN_METRICS[family]} \
         | {"validation:%s" % n for n in VALIDATION_SCORES[family]}
     return [d for d in METRIC_DEFINITIONS if d["Name"] in names]

@@ -1,0 +1,156 @@
+"""Learning benchmark: how far each detector family gets in a fixed CPU budget.
+
+For every family in FAMILIES, every generated dataset in DATASETS and every seed: generate a
+dataset (the seed draws the images and seeds the training), train the family's network from
+scratch for its fixed number of epochs (the budget), and read the held-out mAP the job itself
+writes (``model/validation.json``: VOC07 mAP on the generated test split). Each job runs as
+``detector-train-job`` in a fresh process; its CPU seconds (user + system, this machine) and wall
+seconds are recorded next to the mAP. The table shows the median over seeds; the JSON keeps every
+run.
+
+The two datasets: ``demo`` is what ``make run`` trains on (circles, squares, triangles in random
+colours, square boxes of 1/5 to 1/2 of the shorter image side); ``other`` has ellipses, crosses
+and diamonds from a fixed palette, smaller (1/8 to 1/3) and elongated boxes, up to 4 objects.
+
+A family is a table entry: its network, the hyperparameters it trains with (the demo preset of
+``make run`` with the benchmark's shorter schedule) and which generator makes its data. Mask
+R-CNN or YOLOv3 add a row here (and, where they need masks or another layout, a generator in
+GENERATORS).
+
+Usage: python benchmarks/learning.py [--seeds 3] [--families faster_rcnn,yolo3] [--images 120] [--output out/bench-learning]
+"""
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from detector_training.job.demo import RUN_DEFAULTS, prepare_run_tree
+from detector_training.data.synthetic_voc import generate as generate_voc
+
+BIN = os.path.dirname(sys.executable)
+
+
+def voc_channel(base, style, seed, n_train, n_test):
+    """A generated VOCdevkit in the tree's 'voc' channel (2007 trainval + test, no 2012)."""
+    generate_voc(os.path.join(base, "input", "data", "voc"), n_train, n_test, 0, seed=seed,
+                 style=style)
+
+
+# Which generator makes a family's data: kind -> (base, style, seed, n_train, n_test) -> None.
+GENERATORS = {"voc": voc_channel}
+
+# Generated datasets: name -> generator style.
+DATASETS = {"demo": "shapes", "other": "other"}
+
+
+def faster_rcnn_hyperparameters(epochs):
+    """The demo preset of `make run`, trained for `epochs` with the decay in the last epoch."""
+    return dict(RUN_DEFAULTS, epochs=str(epochs), lr_decay_epoch=str(max(1, epochs - 1)),
+                train_splits="2007_trainval", log_interval="50")
+
+
+def yolo3_hyperparameters(epochs):
+    """The README's YOLOv3 CPU settings (128x128, batch 8, cosine schedule, clipped gradients)."""
+    return dict(RUN_DEFAULTS, network="yolo3_mobilenet0.25_voc", short="128", batch_size="8",
+                lr="0.004", lr_base_batch_size="8", lr_warmup="30", lr_mode="cosine",
+                clip_gradient="5", epochs=str(epochs), lr_decay_epoch=str(max(1, epochs - 1)),
+                train_splits="2007_trainval", log_interval="100")
+
+
+# epochs: the family's budget, sized so that a run costs about the same CPU seconds as Faster
+# R-CNN's 3 epochs (YOLOv3 at 128 pixels trains about 4x as many images per CPU second).
+FAMILIES = {
+    "faster_rcnn": dict(network="faster_rcnn_resnet18_v1b_voc", epochs=3,
+                        hyperparameters=faster_rcnn_hyperparameters, data="voc"),
+    "yolo3": dict(network="yolo3_mobilenet0.25_voc", epochs=12,
+                  hyperparameters=yolo3_hyperparameters, data="voc"),
+}
+
+
+def run_one(base, family, dataset, seed, args):
+    spec = FAMILIES[family]
+    if os.path.isdir(base):
+        shutil.rmtree(base)
+    GENERATORS[spec["data"]](base, DATASETS[dataset], seed, args.images, args.test_images)
+    epochs = args.epochs or spec["epochs"]
+    hyperparameters = dict(spec["hyperparameters"](epochs), network=spec["network"], seed=str(seed))
+    prepare_run_tree(base, hyperparameters)  # the data is there already: writes the config only
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    with open(os.path.join(base, "job.log"), "w") as log:
+        code = subprocess.run([os.path.join(BIN, "detector-train-job"), "--base-dir", base],
+                              stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if code != 0:
+        raise SystemExit("%s/%s seed %d failed (exit %d); see %s" % (
+            family, dataset, seed, code, os.path.join(base, "job.log")))
+    with open(os.path.join(base, "model", "validation.json")) as handle:
+        final = json.load(handle)
+    with open(os.path.join(base, "model", "history.json")) as handle:
+        history = json.load(handle)
+    return {"family": family, "dataset": dataset, "seed": seed, "epochs": epochs, "mAP": final["mAP"],
+            "best_mAP": max(e["mAP"] for e in history if "mAP" in e),
+            "curve": [round(e["mAP"], 4) for e in history if "mAP" in e],
+            "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+            "wall_s": round(wall, 1)}
+
+
+def summarise(runs):
+    rows = []
+    for family in FAMILIES:
+        for dataset in DATASETS:
+            mine = [r for r in runs if r["family"] == family and r["dataset"] == dataset]
+            if mine:
+                rows.append({"family": family, "dataset": dataset, "seeds": len(mine),
+                             "median_mAP": statistics.median(r["mAP"] for r in mine),
+                             "mAPs": [round(r["mAP"], 4) for r in mine],
+                             "median_cpu_s": statistics.median(r["cpu_s"] for r in mine),
+                             "median_wall_s": statistics.median(r["wall_s"] for r in mine)})
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per family and dataset (median)")
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="training epochs per run for every family (default: each family's budget)")
+    parser.add_argument("--images", type=int, default=120, help="generated training images per run")
+    parser.add_argument("--test-images", type=int, default=32, help="generated held-out images per run")
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated")
+    parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated")
+    parser.add_argument("--output", default="out/bench-learning", help="job trees and learning.json")
+    args = parser.parse_args(argv)
+    runs = []
+    for family in args.families.split(","):
+        for dataset in args.datasets.split(","):
+            for seed in range(1, args.seeds + 1):
+                base = os.path.abspath(os.path.join(args.output, family, dataset, "seed%d" % seed))
+                run = run_one(base, family, dataset, seed, args)
+                print("%-12s %-6s seed %d: mAP %.4f (best %.4f) cpu %.0f s wall %.0f s" % (
+                    family, dataset, seed, run["mAP"], run["best_mAP"], run["cpu_s"], run["wall_s"]),
+                    flush=True)
+                runs.append(run)
+    rows = summarise(runs)
+    print("\n| family | dataset | median mAP (%d seeds) | mAPs | median CPU s | median wall s |" % args.seeds)
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print("| %s | %s | %.4f | %s | %.0f | %.0f |" % (
+            row["family"], row["dataset"], row["median_mAP"], ", ".join("%.4f" % m for m in row["mAPs"]),
+            row["median_cpu_s"], row["median_wall_s"]))
+    budget = {"epochs": {f: args.epochs or FAMILIES[f]["epochs"] for f in args.families.split(",")},
+              "train_images": args.images, "test_images": args.test_images}
+    path = os.path.join(args.output, "learning.json")
+    with open(path, "w") as handle:
+        json.dump({"budget": budget, "cores": os.cpu_count(), "summary": rows, "runs": runs}, handle, indent=1)
+    print("written: %s" % path)
+
+
+if __name__ == "__main__":
+    main()

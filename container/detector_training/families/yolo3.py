@@ -1,0 +1,202 @@
+"""The YOLOv3 family: GluonCV's ``yolo3_darknet53_*``, ``yolo3_mobilenet1.0_*`` and
+``yolo3_mobilenet0.25_*`` networks (the last sized for CPU tests and demos).
+
+Training uses GluonCV's YOLO3DefaultTrainTransform, whose target generator needs the network's
+anchors, offsets and feature-map shapes: they come from a copy of the network built on the CPU
+for the loaders (the training network stays where it is). The batch is GluonCV's
+``Tuple(Stack() x6, Pad(-1))`` (image, objectness, centers, scales, weights, class targets, and the
+padded ground-truth boxes). The network computes its four losses itself in training mode when
+given the targets (objectness, center, scale, class). Multi-scale training draws a new square
+input size every ``multi_scale_interval`` batches, from a generator seeded by (seed, epoch, rank,
+batch group), so a resumed epoch sees the same sizes. Validation resizes to the square
+``short`` x ``short`` (GluonCV's YOLO3DefaultValTransform) and maps the boxes back to the original
+image, so VOC07 mAP and COCO's metric both score in original pixels.
+"""
+
+import logging
+
+import numpy as np
+
+from detector_training.core.evaluation import score_boxes
+from detector_training.core.networks import build_zoo_network
+from detector_training.data.datasets import shard_loader, val_shard_loader
+from detector_training.errors import ConfigError
+from detector_training.families.base import DetectorFamily
+
+LOG = logging.getLogger(__name__)
+
+LOSS_NAMES = ("obj_loss", "center_loss", "scale_loss", "cls_loss")
+DEFAULT_SIZE = 416  # GluonCV's --data-shape
+STRIDE = 32  # the coarsest feature stride: input sizes are multiples of it
+
+
+def multi_scale_sizes(size):
+    """Training sizes for multi-scale: the multiples of 32 from 0.75x to 1.5x ``size`` (GluonCV's
+    320..608 for 416)."""
+    low = int(np.ceil(0.75 * size / STRIDE)) * STRIDE
+    high = int(np.floor(1.5 * size / STRIDE)) * STRIDE
+    return tuple(range(max(low, STRIDE), high + 1, STRIDE))
+
+
+class YOLOv3(DetectorFamily):
+    name = "yolo3"
+    loss_names = LOSS_NAMES
+    metric_names = ()
+    # GluonCV's train_yolo3.py: mixing ratios from Beta(1.5, 1.5); the target generator weights
+    # each box by its image's ratio, so the losses need no further weight.
+    mixup_draw = ("beta", 1.5, 1.5)
+    mixup_loss_weight = 1.0
+
+    def check_config(self, config):
+        short = config.short or (DEFAULT_SIZE,)
+        if len(short) != 1 or short[0] % STRIDE:
+            raise ConfigError(
+                "short=%s: a YOLOv3 network (%s) takes one square input size, a multiple of %d."
+                % (",".join(map(str, short)), config.network, STRIDE),
+                "set short to one multiple of 32 (e.g. 416, or 128 on CPU); for random sizes set "
+                "multi_scale=true.")
+        if config.multi_scale and len(multi_scale_sizes(short[0])) < 2:
+            raise ConfigError("multi_scale=true with short=%d leaves no sizes to choose from."
+                              % short[0], "set short to 64 or more.")
+
+    def image_sizes(self, config, net):
+        """((training sizes), validation size, the same as max size): square inputs."""
+        self.check_config(config)
+        size = (config.short or (DEFAULT_SIZE,))[0]
+        train = multi_scale_sizes(size) if config.multi_scale else (size,)
+        return train, size, size
+
+    def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
+        own = None
+        if config.network.endswith("_custom"):  # GluonCV's *_custom builders take the classes
+            from gluoncv.model_zoo import get_model
+
+            own = {config.network: lambda **kwargs: get_model(
+                config.network, pretrained=False, classes=list(classes), **kwargs)}
+        return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
+                                 own_networks=own)
+
+    def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
+        import mxnet as mx
+        from gluoncv.data.batchify import Pad, Stack, Tuple
+        from gluoncv.data.transforms.presets.yolo import YOLO3DefaultTrainTransform
+
+        sizes, _, _ = self.image_sizes(config, net)
+        # The transform runs the network once per size to learn its anchors and feature-map
+        # shapes; a CPU copy does that, so the training network is never moved.
+        cpu_net = self.build_network(config, datasets.classes, 1, False, None, mx.cpu())
+        transforms = [YOLO3DefaultTrainTransform(s, s, cpu_net, mixup=config.mixup) for s in sizes]
+        batchify = Tuple(*([Stack() for _ in range(6)] + [Pad(axis=0, pad_val=-1)]))
+        if len(transforms) == 1:
+            transforms = transforms[0]
+        else:
+            LOG.info("multi-scale training: sizes %s, a new size every %d batches",
+                     ",".join(map(str, sizes)), config.multi_scale_interval)
+        return shard_loader(config, datasets, world, per_rank_batch, steps, transforms, batchify,
+                            num_workers, scale_interval=config.multi_scale_interval)
+
+    def val_loader(self, config, net, datasets, world, num_workers):
+        from gluoncv.data.batchify import Append, Tuple
+
+        _, size, _ = self.image_sizes(config, net)
+        return val_shard_loader(datasets, world, YOLOValTransform(size),
+                                Tuple(*[Append() for _ in range(3)]), num_workers)
+
+    def materialize(self, net, batch, ctx):
+        from mxnet import autograd
+
+        with autograd.train_mode():  # raw predictions: every parameter gets its shape
+            net(batch[0].as_in_context(ctx))
+
+    def make_step(self, net, config, ctx, amp_trainer=None):
+        # Set here, after a start model may have reset the classes (which makes a new merger).
+        net._target_generator._label_smooth = bool(config.label_smooth)  # pylint: disable=protected-access
+        return YOLOStep(net, ctx, amp_trainer)
+
+    def detect(self, net, loader, indices, ctx, datasets):
+        return detect_original_boxes(net, loader, indices, ctx)
+
+    def evaluate(self, config, datasets, gathered, scratch_dir):
+        return score_boxes(config, datasets, gathered, scratch_dir)
+
+    def export(self, config, classes, params_path, prefix, fitted):
+        import mxnet as mx
+
+        net = self.build_network(config, classes, 1, False, None, mx.cpu())
+        net.load_parameters(params_path, ctx=mx.cpu(), ignore_extra=True)
+        net.hybridize()
+        _, size, _ = self.image_sizes(config, net)
+        net(mx.nd.zeros((1, 3, size, size)))
+        net.export(prefix, epoch=0)
+
+
+class YOLOValTransform:
+    """GluonCV's YOLO3DefaultValTransform (square resize, normalise), with the label kept in
+    original pixels and the per-coordinate scale back to them: (image, label, [sx, sy, sx, sy])."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def __call__(self, src, label):
+        import mxnet as mx
+        from gluoncv.data.transforms.presets.yolo import YOLO3DefaultValTransform
+
+        height, width = src.shape[:2]
+        img, _ = YOLO3DefaultValTransform(self.size, self.size)(src, label)
+        scale = [width / float(self.size), height / float(self.size)] * 2
+        return img, label.astype("float32"), mx.nd.array(scale)
+
+
+def detect_original_boxes(net, loader, indices, ctx):
+    """Detections in original-image pixels, clipped to the image, in the format score_boxes reads:
+    [(index, det_bboxes, det_ids, det_scores, gt_bboxes, gt_ids, gt_difficult)]."""
+    import mxnet as mx
+
+    results = []
+    index_iter = iter(indices)
+    for batch in loader:
+        for x, y, scale in zip(*batch):
+            ids, scores, bboxes = net(x.as_in_context(ctx))
+            scale = scale.asnumpy().reshape((1, 1, 4))
+            boxes = bboxes.asnumpy() * scale
+            width, height = scale[0, 0, 0] * x.shape[3], scale[0, 0, 1] * x.shape[2]
+            boxes[..., 0::2] = boxes[..., 0::2].clip(0, width)
+            boxes[..., 1::2] = boxes[..., 1::2].clip(0, height)
+            y = y.asnumpy()
+            difficult = y[:, :, 5:6] if y.shape[-1] > 5 else None
+            results.append((next(index_iter), boxes, ids.asnumpy(), scores.asnumpy(),
+                            y[:, :, 0:4], y[:, :, 4:5], difficult))
+    mx.nd.waitall()
+    return results
+
+
+class YOLOStep:
+    """Forward with the targets (the network returns its four per-image losses), backward of
+    their sum (gradients are averaged over the batch by the engine's trainer.step)."""
+
+    mix_ratio = 1.0
+
+    def __init__(self, net, ctx, amp_trainer=None):
+        self.net = net
+        self.ctx = ctx
+        self.amp_trainer = amp_trainer
+
+    def __call__(self, batch, sums):
+        from mxnet import autograd
+
+        data, obj_t, center_t, scale_t, weight_t, class_t, gt_boxes = [
+            part.as_in_context(self.ctx) for part in batch]
+        with autograd.record():
+            losses = self.net(data, gt_boxes, obj_t, center_t, scale_t, weight_t, class_t)
+            total = sum(loss.sum() for loss in losses)
+            if self.amp_trainer is not None:
+                from mxnet.contrib import amp
+
+                with amp.scale_loss(total, self.amp_trainer) as scaled:
+                    autograd.backward(scaled)
+            else:
+                autograd.backward(total)
+        images = int(data.shape[0])
+        for name, loss in zip(LOSS_NAMES, losses):
+            sums.add(name, loss.sum(), images)
+        return images
