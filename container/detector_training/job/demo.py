@@ -13,6 +13,9 @@ from detector_training.main import job_main
 # From scratch at a global batch of 2, lr 0.04 (0.02 after scaling) kept the detector head noisy:
 # held-out mAP after 4 epochs of 160 images was 0.21 at 0.02, 0.29 at 0.01, 0.33 at 0.005 and
 # a decay step helped only at the lower rates (issue 15); 0.01 gives 0.005 after scaling.
+# Issue 15b: validating every 2nd epoch (and after the last) and 16 sampled RoIs per image (in the
+# network) buy 11 epochs instead of 8 in about the same CPU time, and a cosine decay replaces the
+# step in the last epoch (figures in the README).
 RUN_DEFAULTS = {
     "network": "faster_rcnn_resnet18_v1b_voc",
     "dataset": "custom",
@@ -20,16 +23,16 @@ RUN_DEFAULTS = {
     "short": "128",
     "max_size": "200",
     "batch_size": "2",
-    "epochs": "8",
+    "epochs": "11",
     "lr": "0.01",
-    "lr_decay_epoch": "7",
+    "lr_mode": "cosine",
     "lr_warmup": "20",
     "lr_base_batch_size": "4",  # as the VOC presets, also for a generated COCO-format dataset
     "num_workers": "1",
     "log_interval": "20",
+    "val_interval": "2",
     "seed": "7",
 }
-# The generated demo data: more distinct images rather than more passes over few (72 before).
 RUN_IMAGES = dict(n_train=120, n_test=48, n_train_2012=60)
 
 
@@ -46,8 +49,10 @@ FAMILY_RUN_DEFAULTS = {
         "epochs": "4",
         "lr": "0.02",
         "lr_base_batch_size": "2",
+        "lr_mode": "step",  # not the Faster R-CNN demo's cosine: the figures were measured so
         "lr_decay_epoch": "3",
         "lr_warmup": "20",
+        "val_interval": "1",  # box and mask mAP after every epoch
     },
 }
 
