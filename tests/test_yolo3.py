@@ -366,7 +366,7 @@ def test_yolo_on_coco_format_data_scores_with_cocos_metric_in_original_pixels(tm
                       str(tmp_path))
     assert result["images"] == 3 and 0.0 <= result["mAP"] <= result["AP50"] <= 1.0
     assert set(result["per_class"]) == set(datasets.classes)
-    detected = family.detect(net, loader, indices, mx.cpu())
+    detected = family.detect(net, loader, indices, mx.cpu(), datasets)
     perfect = []
     for (index, boxes, _ids, _scores, gt_boxes, gt_ids, _difficult) in detected:
         img, label = datasets.val[index]
