@@ -13,11 +13,12 @@ colours, square boxes of 1/5 to 1/2 of the shorter image side); ``other`` has el
 and diamonds from a fixed palette, smaller (1/8 to 1/3) and elongated boxes, up to 4 objects.
 
 A family is a table entry: its network, the hyperparameters it trains with (the demo preset of
-``make run`` with the benchmark's shorter schedule) and which generator makes its data. Mask
-R-CNN or YOLOv3 add a row here (and, where they need masks or another layout, a generator in
-GENERATORS).
+``make run`` with the benchmark's shorter schedule), which generator makes its data and how many
+images (Mask R-CNN: the COCO-format generator with masks, and ``make run-mask``'s 72 training
+images, since its step costs about five times Faster R-CNN's), and the scores read (box mAP; Mask
+R-CNN also mask mAP: COCO's AP at IoU 0.50:0.95, not VOC07's at 0.5).
 
-Usage: python benchmarks/learning.py [--seeds 3] [--families faster_rcnn,yolo3] [--images 120] [--output out/bench-learning]
+Usage: python benchmarks/learning.py [--seeds 3] [--families faster_rcnn,yolo3,mask_rcnn] [--images N] [--output out/bench-learning]
 """
 
 import argparse
@@ -30,7 +31,8 @@ import subprocess
 import sys
 import time
 
-from detector_training.job.demo import RUN_DEFAULTS, prepare_run_tree
+from detector_training.job.demo import RUN_DEFAULTS, prepare_run_tree, run_hyperparameters
+from detector_training.data.synthetic_coco import generate as generate_coco
 from detector_training.data.synthetic_voc import generate as generate_voc
 
 BIN = os.path.dirname(sys.executable)
@@ -42,8 +44,14 @@ def voc_channel(base, style, seed, n_train, n_test):
                  style=style)
 
 
+def coco_channel(base, style, seed, n_train, n_test):
+    """A generated COCO-format instance dataset (boxes and masks) in the tree's 'coco' channel."""
+    generate_coco(os.path.join(base, "input", "data", "coco"), n_train, n_test, seed=seed,
+                  style=style)
+
+
 # Which generator makes a family's data: kind -> (base, style, seed, n_train, n_test) -> None.
-GENERATORS = {"voc": voc_channel}
+GENERATORS = {"voc": voc_channel, "coco": coco_channel}
 
 # Generated datasets: name -> generator style.
 DATASETS = {"demo": "shapes", "other": "other"}
@@ -63,13 +71,25 @@ def yolo3_hyperparameters(epochs):
                 train_splits="2007_trainval", log_interval="100")
 
 
+def mask_rcnn_hyperparameters(epochs):
+    """`make run-mask`'s preset (ResNet-18 FPN from scratch, 128 sampled RoIs, lr 0.02 at batch 2),
+    with the decay in the last epoch."""
+    return dict(run_hyperparameters({"network": "mask_rcnn_fpn_resnet18_v1b_coco"}),
+                epochs=str(epochs), lr_decay_epoch=str(max(1, epochs - 1)), log_interval="50")
+
+
 # epochs: the family's budget, sized so that a run costs about the same CPU seconds as Faster
-# R-CNN's 3 epochs (YOLOv3 at 128 pixels trains about 4x as many images per CPU second).
+# R-CNN's 3 epochs (YOLOv3 at 128 pixels trains about 4x as many images per CPU second). Mask
+# R-CNN gets `make run-mask`'s 4 epochs of 72 images (several times the CPU seconds): with the
+# others' budget it would stop at its first epoch, where its scores are still at chance.
 FAMILIES = {
     "faster_rcnn": dict(network="faster_rcnn_resnet18_v1b_voc", epochs=3,
                         hyperparameters=faster_rcnn_hyperparameters, data="voc"),
     "yolo3": dict(network="yolo3_mobilenet0.25_voc", epochs=12,
                   hyperparameters=yolo3_hyperparameters, data="voc"),
+    "mask_rcnn": dict(network="mask_rcnn_fpn_resnet18_v1b_coco", epochs=4,
+                      hyperparameters=mask_rcnn_hyperparameters, data="coco", images=72,
+                      test_images=24, scores=("mAP", "mask_mAP")),
 }
 
 
@@ -77,7 +97,8 @@ def run_one(base, family, dataset, seed, args):
     spec = FAMILIES[family]
     if os.path.isdir(base):
         shutil.rmtree(base)
-    GENERATORS[spec["data"]](base, DATASETS[dataset], seed, args.images, args.test_images)
+    GENERATORS[spec["data"]](base, DATASETS[dataset], seed, args.images or spec.get("images", 120),
+                             args.test_images or spec.get("test_images", 32))
     epochs = args.epochs or spec["epochs"]
     hyperparameters = dict(spec["hyperparameters"](epochs), network=spec["network"], seed=str(seed))
     prepare_run_tree(base, hyperparameters)  # the data is there already: writes the config only
@@ -95,11 +116,15 @@ def run_one(base, family, dataset, seed, args):
         final = json.load(handle)
     with open(os.path.join(base, "model", "history.json")) as handle:
         history = json.load(handle)
-    return {"family": family, "dataset": dataset, "seed": seed, "epochs": epochs, "mAP": final["mAP"],
-            "best_mAP": max(e["mAP"] for e in history if "mAP" in e),
-            "curve": [round(e["mAP"], 4) for e in history if "mAP" in e],
-            "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
-            "wall_s": round(wall, 1)}
+    scores = spec.get("scores", ("mAP",))
+    run = {"family": family, "dataset": dataset, "seed": seed, "epochs": epochs}
+    for score in scores:
+        run[score] = final[score]
+        run["best_" + score] = max(e[score] for e in history if score in e)
+        run[score + "_curve"] = [round(e[score], 4) for e in history if score in e]
+    return dict(run,
+                cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+                wall_s=round(wall, 1))
 
 
 def summarise(runs):
@@ -108,9 +133,13 @@ def summarise(runs):
         for dataset in DATASETS:
             mine = [r for r in runs if r["family"] == family and r["dataset"] == dataset]
             if mine:
+                masks = "mask_mAP" in mine[0]
                 rows.append({"family": family, "dataset": dataset, "seeds": len(mine),
                              "median_mAP": statistics.median(r["mAP"] for r in mine),
                              "mAPs": [round(r["mAP"], 4) for r in mine],
+                             "median_mask_mAP": statistics.median(r["mask_mAP"] for r in mine)
+                             if masks else None,
+                             "mask_mAPs": [round(r["mask_mAP"], 4) for r in mine] if masks else None,
                              "median_cpu_s": statistics.median(r["cpu_s"] for r in mine),
                              "median_wall_s": statistics.median(r["wall_s"] for r in mine)})
     return rows
@@ -121,8 +150,10 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=3, help="seeds per family and dataset (median)")
     parser.add_argument("--epochs", type=int, default=0,
                         help="training epochs per run for every family (default: each family's budget)")
-    parser.add_argument("--images", type=int, default=120, help="generated training images per run")
-    parser.add_argument("--test-images", type=int, default=32, help="generated held-out images per run")
+    parser.add_argument("--images", type=int, default=0,
+                        help="generated training images per run (default: 120; Mask R-CNN 72)")
+    parser.add_argument("--test-images", type=int, default=0,
+                        help="generated held-out images per run (default: 32; Mask R-CNN 24)")
     parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated")
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated")
     parser.add_argument("--output", default="out/bench-learning", help="job trees and learning.json")
@@ -133,19 +164,27 @@ def main(argv=None):
             for seed in range(1, args.seeds + 1):
                 base = os.path.abspath(os.path.join(args.output, family, dataset, "seed%d" % seed))
                 run = run_one(base, family, dataset, seed, args)
-                print("%-12s %-6s seed %d: mAP %.4f (best %.4f) cpu %.0f s wall %.0f s" % (
-                    family, dataset, seed, run["mAP"], run["best_mAP"], run["cpu_s"], run["wall_s"]),
-                    flush=True)
+                masks = " mask_mAP %.4f (best %.4f)" % (run["mask_mAP"], run["best_mask_mAP"]) \
+                    if "mask_mAP" in run else ""
+                print("%-12s %-6s seed %d: mAP %.4f (best %.4f)%s cpu %.0f s wall %.0f s" % (
+                    family, dataset, seed, run["mAP"], run["best_mAP"], masks, run["cpu_s"],
+                    run["wall_s"]), flush=True)
                 runs.append(run)
     rows = summarise(runs)
-    print("\n| family | dataset | median mAP (%d seeds) | mAPs | median CPU s | median wall s |" % args.seeds)
-    print("|---|---|---|---|---|---|")
+    print("\n| family | dataset | median mAP (%d seeds) | mAPs | median mask mAP | mask mAPs "
+          "| median CPU s | median wall s |" % args.seeds)
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
-        print("| %s | %s | %.4f | %s | %.0f | %.0f |" % (
+        masks = ("%.4f" % row["median_mask_mAP"], ", ".join("%.4f" % m for m in row["mask_mAPs"])) \
+            if row["median_mask_mAP"] is not None else ("-", "-")
+        print("| %s | %s | %.4f | %s | %s | %s | %.0f | %.0f |" % (
             row["family"], row["dataset"], row["median_mAP"], ", ".join("%.4f" % m for m in row["mAPs"]),
-            row["median_cpu_s"], row["median_wall_s"]))
+            *masks, row["median_cpu_s"], row["median_wall_s"]))
     budget = {"epochs": {f: args.epochs or FAMILIES[f]["epochs"] for f in args.families.split(",")},
-              "train_images": args.images, "test_images": args.test_images}
+              "train_images": {f: args.images or FAMILIES[f].get("images", 120)
+                               for f in args.families.split(",")},
+              "test_images": {f: args.test_images or FAMILIES[f].get("test_images", 32)
+                              for f in args.families.split(",")}}
     path = os.path.join(args.output, "learning.json")
     with open(path, "w") as handle:
         json.dump({"budget": budget, "cores": os.cpu_count(), "summary": rows, "runs": runs}, handle, indent=1)

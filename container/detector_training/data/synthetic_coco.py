@@ -14,7 +14,7 @@ import json
 import os
 import random
 
-from detector_training.data.synthetic_voc import SHAPES, _background, make_image, shape_of, shape_polygon
+from detector_training.data.synthetic_voc import STYLES, _background, make_image, shape_of, shape_polygon
 
 TRAIN_SPLIT = "instances_train2017"
 VAL_SPLIT = "instances_val2017"
@@ -42,9 +42,9 @@ def segmentation(polygon, width, height, rle=False):
 
 
 def write_split(root, split, count, classes, rng, with_url=False, empty_last=False, first_id=1,
-                rle_every=0):
+                rle_every=0, style="shapes"):
     """Write ``count`` images under ``root/<folder>`` and ``annotations/<split>.json``; with
-    ``rle_every`` n, the masks of every n-th image are RLE."""
+    ``rle_every`` n, the masks of every n-th image are RLE. ``style``: synthetic_voc's STYLES."""
     folder = split.split("_", 1)[1] if split.startswith("instances_") else split
     os.makedirs(os.path.join(root, folder), exist_ok=True)
     os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
@@ -56,7 +56,7 @@ def write_split(root, split, count, classes, rng, with_url=False, empty_last=Fal
             width, height = 160, 120
             img, objects = _background(rng, width, height), []
         else:
-            img, objects = make_image(rng, list(classes))
+            img, objects = make_image(rng, list(classes), style)
         name = "%012d.jpg" % image_id
         img.save(os.path.join(root, folder, name), quality=90)
         entry = {"id": image_id, "file_name": name, "width": img.width, "height": img.height}
@@ -66,7 +66,7 @@ def write_split(root, split, count, classes, rng, with_url=False, empty_last=Fal
         rle = bool(rle_every) and n % rle_every == rle_every - 1
         for cls, x0, y0, x1, y1 in objects:  # pixel-inclusive corners -> COCO [x, y, w, h]
             w, h = x1 - x0 + 1, y1 - y0 + 1
-            polygon = shape_polygon(shape_of(cls, classes), (x0, y0, x1, y1))
+            polygon = shape_polygon(shape_of(cls, classes, style), (x0, y0, x1, y1))
             annotations.append({"id": len(annotations) + 1, "image_id": image_id,
                                 "category_id": ids[cls], "bbox": [x0, y0, w, h],
                                 "area": polygon_area(polygon), "iscrowd": 0,
@@ -79,11 +79,13 @@ def write_split(root, split, count, classes, rng, with_url=False, empty_last=Fal
     return document
 
 
-def generate(root, n_train=48, n_val=24, classes=SHAPES, seed=0):
-    """Create the COCO-layout dataset under ``root`` and return ``root``."""
+def generate(root, n_train=48, n_val=24, classes=None, seed=0, style="shapes"):
+    """Create the COCO-layout dataset under ``root`` and return ``root``. ``classes`` defaults to
+    the style's shape names (synthetic_voc's STYLES)."""
+    classes = tuple(classes or STYLES[style].shapes)
     rng = random.Random(seed)
-    write_split(root, TRAIN_SPLIT, n_train, classes, rng, rle_every=3)
+    write_split(root, TRAIN_SPLIT, n_train, classes, rng, rle_every=3, style=style)
     write_split(root, VAL_SPLIT, n_val, classes, rng, with_url=True, empty_last=n_val > 1,
-                first_id=100000)
+                first_id=100000, style=style)
     return root
 
