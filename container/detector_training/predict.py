@@ -20,7 +20,7 @@ import warnings
 import zlib
 
 import detector_training.data.archive as archive
-from detector_training.core.files import atomic_write
+from detector_training.core.files import TooLarge, atomic_write, read_small_json
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -111,12 +111,12 @@ def _find_model_dir(root, archive):
 
 
 def _read_json(path, source):
-    cap = FILE_CAPS.get(os.path.basename(path))
-    if cap is not None and os.path.getsize(path) > cap:
-        raise PredictError("invalid model %s: %s is larger than %d bytes" % (source, os.path.basename(path), cap))
+    """classes.json or config.json of a model (both capped in FILE_CAPS)."""
     try:
-        with open(path) as handle:
-            return json.load(handle)
+        return read_small_json(path, FILE_CAPS[os.path.basename(path)])
+    except TooLarge:
+        raise PredictError("invalid model %s: %s is larger than %d bytes" % (
+            source, os.path.basename(path), FILE_CAPS[os.path.basename(path)])) from None
     except (OSError, ValueError) as exc:
         raise PredictError("invalid model %s: cannot read %s (%s)"
                            % (source, os.path.basename(path), _one_line(exc))) from exc
