@@ -15,7 +15,9 @@ def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):
     from gluoncv.model_zoo.resnetv1b import resnet18_v1b
 
     base = resnet18_v1b(pretrained=False)
-    base.initialize(mx.init.Normal(0.5))
+    # He-scaled like trained weights: with BatchNorm frozen (pretrained_base) at its initial
+    # statistics, Normal(0.5) blew activations up ~10x per layer, and a job on them diverged.
+    base.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
     base(mx.nd.zeros((1, 3, 32, 32)))
     path = os.path.join(directory, name)
     base.save_parameters(path)

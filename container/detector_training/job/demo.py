@@ -16,6 +16,12 @@ from detector_training.main import job_main
 # Issue 15b: validating every 2nd epoch (and after the last) and 16 sampled RoIs per image (in the
 # network) buy 11 epochs instead of 8 in about the same CPU time, and a cosine decay replaces the
 # step in the last epoch (figures in the README).
+# Issue 15c: the network now has stride-8 features and stage 3 as its per-RoI head (no stage 4),
+# cheaper per epoch (5 epochs: 93 CPU s, against 117 before and 151 with stage 4 per RoI) and its
+# validation takes 4 s, not 11, so the same CPU time buys 22 epochs (validation every 4th and
+# after the last): 0.68 held-out mAP instead of 0.49. With momentum 0.99 in BatchNorm lr 0.02
+# (0.01 after scaling) beat 0.01 (0.41 vs 0.40 after 5 epochs, stride 8 with stages 3+4 per RoI);
+# 0.04 fell to 0.27.
 RUN_DEFAULTS = {
     "network": "faster_rcnn_resnet18_v1b_voc",
     "dataset": "custom",
@@ -23,14 +29,14 @@ RUN_DEFAULTS = {
     "short": "128",
     "max_size": "200",
     "batch_size": "2",
-    "epochs": "11",
-    "lr": "0.01",
+    "epochs": "22",
+    "lr": "0.02",
     "lr_mode": "cosine",
     "lr_warmup": "20",
     "lr_base_batch_size": "4",  # as the VOC presets, also for a generated COCO-format dataset
     "num_workers": "1",
     "log_interval": "20",
-    "val_interval": "2",
+    "val_interval": "4",
     "seed": "7",
 }
 RUN_IMAGES = dict(n_train=120, n_test=48, n_train_2012=60)
