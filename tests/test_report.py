@@ -158,3 +158,13 @@ def test_the_learning_rate_is_drawn_beside_the_map_and_a_decay_shows_as_a_step(t
     without = [{k: v for k, v in entry.items() if k != "lr"} for entry in decaying]
     write_report(str(tmp_path / "none"), without, VALIDATION, CLASSES)
     assert brown_rows(png_pixels(str(tmp_path / "none" / "training_curves.png"))).size == 0
+
+
+def test_no_loss_curve_of_any_family_takes_the_learning_rates_colour(tmp_path):
+    """Mask R-CNN logs five losses: the fifth curve must not be drawn in the lr line's brown."""
+    from detector_training.families.mask_rcnn import MASK_LOSS_NAMES
+
+    history = [dict(epoch(n, 1.0 - 0.1 * n), rcnn_mask_loss=0.7 - 0.1 * n) for n in range(4)]
+    without_lr = [{k: v for k, v in entry.items() if k != "lr"} for entry in history]
+    write_report(str(tmp_path), without_lr, VALIDATION, CLASSES, loss_names=MASK_LOSS_NAMES)
+    assert brown_rows(png_pixels(str(tmp_path / "training_curves.png"))).size == 0

@@ -25,7 +25,9 @@ LOSS_KEYS = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smooth
 CURVES_FILE = "training_curves.png"
 TABLE_MD_FILE = "per_class_ap.md"
 TABLE_CSV_FILE = "per_class_ap.csv"
-LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown", "tab:pink",
+# Not tab:brown (the learning rate's) nor tab:purple/tab:gray (the score curves'): Mask R-CNN's
+# fifth loss was drawn in the learning rate's brown.
+LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "gold", "tab:pink",
                 "tab:olive", "tab:cyan")
 MAP_COLOUR = "tab:purple"  # used by nothing else in the figure
 # The AP columns of the table and the score curves: (column, per-class key, headline key, colour);
