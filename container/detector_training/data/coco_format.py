@@ -148,7 +148,7 @@ def coco_api(document):
 def load_splits(reader, read_objects):
     """What both readers load from their splits: the categories (all of the first split's, or those
     requested), each split's document restricted to them, and every image found on disk with its
-    objects. ``read_objects(coco, entry)`` returns an image's objects, or None to leave the image
+    objects. ``read_objects(coco, entry, path)`` returns an image's objects, or None to leave the image
     out. Returns (image paths, objects, width/height ratios, (image id, width, height) per image)."""
     items, objects, ratios, images = [], [], [], []
     for split in reader._splits:  # pylint: disable=protected-access
