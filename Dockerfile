@@ -109,3 +109,5 @@ RUN LD_LIBRARY_PATH=/opt/frcnn/cuda-stub python /opt/frcnn/build_check.py --vari
 WORKDIR /opt/ml
 ENTRYPOINT []
 CMD ["train"]
+# Marks this image's builds, so that `make image` can remove the untagged ones a rebuild leaves.
+LABEL org.opencontainers.image.title=frcnn-training

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import uuid
 
 import pytest
 
@@ -101,6 +102,15 @@ def sdk_environment(tmp_path):
     return env
 
 
+def remove_compose_containers(project):
+    """Remove the containers of one compose project; return how many there were."""
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=%s" % project],
+                         capture_output=True, text=True, check=True).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f"] + ids, capture_output=True, check=True)
+    return len(ids)
+
+
 def run_local_mode(tmp_path, image, instance_count, hyperparameters, n_train=6, n_test=4):
     assert os.path.exists(SDK_PYTHON), "the SDK environment is missing: run `make sdk-venv`"
     data = tmp_path / "data"
@@ -112,11 +122,19 @@ def run_local_mode(tmp_path, image, instance_count, hyperparameters, n_train=6, 
     (tmp_path / "output").mkdir()
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    result = subprocess.run([SDK_PYTHON, os.path.join(ROOT, "tests", "sdk_local_job.py"), str(spec_path)],
-                            capture_output=True, text=True, timeout=1500, env=sdk_environment(tmp_path),
-                            cwd=str(tmp_path))
+    # The SDK's `docker compose up` leaves its exited containers (and with them the image they ran)
+    # behind; name the compose project so this test can remove exactly its own.
+    project = "frcnn-test-%s" % uuid.uuid4().hex[:12]
+    env = dict(sdk_environment(tmp_path), COMPOSE_PROJECT_NAME=project)
+    try:
+        result = subprocess.run([SDK_PYTHON, os.path.join(ROOT, "tests", "sdk_local_job.py"),
+                                 str(spec_path)], capture_output=True, text=True, timeout=1500,
+                                env=env, cwd=str(tmp_path))
+    finally:
+        removed = remove_compose_containers(project)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
+    assert removed == instance_count, "compose project %s had %d containers" % (project, removed)
     line = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):]), out
 

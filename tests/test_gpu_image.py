@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from conftest import make_job, require_image, skip_without_engine
-from test_container import docker_run
+from test_container import IMAGE as CPU_IMAGE, docker_run
 
 GPU_IMAGE = os.environ.get("GPU_IMAGE", "frcnn-training:gpu")
 STUB = ["-e", "LD_LIBRARY_PATH=/opt/frcnn/cuda-stub"]
@@ -88,3 +88,16 @@ def test_a_whole_job_trains_in_the_gpu_image_on_cpu_with_two_horovod_ranks(gpu_i
                  "config.json", "validation.json"):
         assert os.path.isfile(os.path.join(base, "model", name)), name
     assert not os.path.exists(os.path.join(base, "output", "failure"))
+
+
+def test_make_image_leaves_no_old_build_of_either_image_behind(gpu_image):
+    # `make image` and `make image-gpu` (which `make test` ran before this) remove the untagged
+    # builds a rebuild leaves, found by the label both variants carry.
+    label = "org.opencontainers.image.title=frcnn-training"
+    for name in (gpu_image, require_image(CPU_IMAGE, "image")):
+        labels = subprocess.run(["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", name],
+                                capture_output=True, text=True, check=True).stdout
+        assert json.loads(labels).get("org.opencontainers.image.title") == "frcnn-training", labels
+    left = subprocess.run(["docker", "images", "-q", "--filter", "dangling=true", "--filter",
+                           "label=" + label], capture_output=True, text=True, check=True).stdout.split()
+    assert left == [], "untagged builds left behind: %s" % left

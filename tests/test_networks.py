@@ -5,7 +5,6 @@ losses (Mask R-CNN: and the mask loss), the SGD update, and the distributed vali
 Faster R-CNN networks on VOC-format data, Mask R-CNN networks on COCO-format instances."""
 
 import math
-import tempfile
 
 import mxnet as mx
 import pytest
@@ -36,7 +35,7 @@ def coco_root(tmp_path_factory):
     return generate_coco(str(tmp_path_factory.mktemp("coco")), n_train=2, n_val=1, seed=3)
 
 
-def one_step_and_validation(root, hyperparameters):
+def one_step_and_validation(root, hyperparameters, scratch):
     config = from_hyperparameters(dict({"dataset": "custom", "pretrained_base": "false",
                                         "train_splits": "2007_trainval", "num_workers": "0",
                                         "batch_size": "1"}, **hyperparameters))
@@ -56,16 +55,17 @@ def one_step_and_validation(root, hyperparameters):
     net.hybridize()  # inference takes other inputs: the job rebuilds the graph the same way
     val_loader, indices = family.val_loader(config, net, datasets, dist.world, 0)
     return losses, validate(family, net, val_loader, indices, ctx, dist, config, datasets,
-                            tempfile.mkdtemp())
+                            str(scratch))
 
 
 @pytest.mark.parametrize("network", NETWORKS)
-def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_root, coco_root, network):
+def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_root, coco_root, network,
+                                                                        tmp_path):
     hyperparameters = {"network": network, "short": "64", "max_size": "96"}
     if families.get(network).name == "mask_rcnn":  # instance masks come in COCO format
         hyperparameters.update(dataset="coco", train_splits="instances_train2017")
     losses, result = one_step_and_validation(
-        coco_root if hyperparameters.get("dataset") == "coco" else voc_root, hyperparameters)
+        coco_root if hyperparameters.get("dataset") == "coco" else voc_root, hyperparameters, tmp_path)
     assert set(losses) == set(families.get(network).loss_names)
     assert all(math.isfinite(v) for v in losses.values()), losses
     assert result["images"] == 1

@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import uuid
 
 import nbformat
 import pytest
@@ -32,9 +33,21 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("FRCNN_IMAGE", IMAGE)
     monkeypatch.setenv("FRCNN_VOC", "file://%s" % data)
     monkeypatch.setenv("FRCNN_OUTPUT", "file://%s" % output)
+    # The SDK's `docker compose up` leaves its exited containers behind; a project name of our
+    # own lets the test remove exactly those.
+    project = "frcnn-notebook-%s" % uuid.uuid4().hex[:12]
+    monkeypatch.setenv("COMPOSE_PROJECT_NAME", project)
     nb = nbformat.read(os.path.join(ROOT, "sagemaker_launch", "example.ipynb"), as_version=4)
-    NotebookClient(nb, timeout=1200, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    try:
+        NotebookClient(nb, timeout=1200, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        ids = subprocess.run(["docker", "ps", "-aq", "--filter",
+                              "label=com.docker.compose.project=%s" % project],
+                             capture_output=True, text=True, check=True).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f"] + ids, capture_output=True, check=True)
+    assert len(ids) == 1, "the local-mode job ran %d containers under %s" % (len(ids), project)
     last = nb.cells[-1]
     kinds = {o.get("output_type") for o in last.outputs}
     assert "display_data" in kinds  # the curves image and the AP table were displayed
