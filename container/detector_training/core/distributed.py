@@ -75,8 +75,21 @@ class Horovod:
         self.world = World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                            local_size=hvd.local_size())
 
+    # No Horovod broadcast here. In Horovod 0.28.1 (the last release) EnqueueTensorBroadcast logs
+    # the tensor's name after putting the operation on the queue, and that name belongs to the
+    # operation, which the background thread may already have completed and freed: a
+    # use-after-free that crashed the last rank to enqueue once in the initial parameter broadcast
+    # (a segfault in that log line, on 2 busy cores). Allreduce and allgather log only counts, so
+    # both broadcasts are made of them: a sum to which every rank but 0 gives zeros is rank 0's
+    # value exactly (x + 0 = x; only a -0.0 comes back as 0.0).
     def broadcast_parameters(self, params):
-        self._hvd.broadcast_parameters(params, root_rank=0)
+        if self.world.size == 1:
+            return
+        for name, param in sorted(params.items()):
+            data = param.data()
+            if not self.world.is_main:
+                data[:] = 0
+            self._hvd.allreduce_(data, average=False, name="frcnn.broadcast." + name)
 
     # Horovod names an object collective after the object's type unless told otherwise; ranks that
     # hold different types (a dict on rank 0, None elsewhere) would then never meet. Always name it.
@@ -84,7 +97,8 @@ class Horovod:
         return self._hvd.allgather_object(obj, name="frcnn." + name)
 
     def broadcast_object(self, obj, name):
-        return self._hvd.broadcast_object(obj, root_rank=0, name="frcnn." + name)
+        # Every rank but 0 sends None (a few bytes): rank 0's object is the first of the list.
+        return self.allgather_object(obj if self.world.is_main else None, name)[0]
 
     def allreduce_sum(self, values):
         import mxnet as mx
