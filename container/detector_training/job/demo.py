@@ -1,12 +1,13 @@
 """``detector-run`` (``make run``): a SageMaker-style tree with generated data and CPU-sized
-hyperparameters, then the very same job the container's ``train`` runs, in this process."""
+hyperparameters, then the very same job through the container's ``train``: in this process for
+one rank, through mpirun for ``processes_per_host`` > 1."""
 
 import argparse
 import json
 import os
 import sys
 
-from detector_training.main import job_main
+from detector_training.job.launcher import main as train_main
 
 
 # CPU-sized defaults for `make run`: the small network, small images, a few minutes on 2 cores.
@@ -110,7 +111,8 @@ def run_cli(argv=None):
     hyperparameters = run_hyperparameters(dict(item.partition("=")[::2] for item in args.set))
     base = os.path.abspath(args.output)
     prepare_run_tree(base, hyperparameters, **FAMILY_RUN_IMAGES.get(_family(hyperparameters), RUN_IMAGES))
-    code = job_main(base)
+    os.environ["SAGEMAKER_BASE_DIR"] = base  # where `train` reads the job
+    code = train_main()
     model_dir = os.path.join(base, "model")
     if code == 0:
         print("model directory: %s" % model_dir)
