@@ -95,8 +95,9 @@ base-image: engine
 pretrained:
 	if [ -n "$(PRETRAINED)" ]; then cp "$(PRETRAINED)" docker/pretrained/; fi
 
-# A rebuild leaves the previous build untagged (0.4-6 GB each): remove those of this image (its
-# label) that no container uses, so that repeated builds do not fill the disk.
+# A rebuild leaves the previous build untagged: remove those of this image (its label; the builder
+# stages, unlabelled, stay as the build cache) that no container uses, so that repeated builds
+# do not fill the disk.
 PRUNE_OLD_BUILDS := docker image prune -f --filter label=org.opencontainers.image.title=frcnn-training
 
 image: base-image pretrained
