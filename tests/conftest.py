@@ -43,11 +43,16 @@ def run_horovod_job(base, ranks=2, timeout=900):
     return result, result.stdout + result.stderr
 
 
+def ranks_finished(out):
+    """The ranks whose 'finished' line is in a job's output, sorted (["0", "1"] for two)."""
+    return sorted(re.findall(r"\[rank (\d)\] finished: rank=\d", out))
+
+
 def two_rank_job_finishes(base):
     """Run ``base`` with two Horovod ranks; both must finish. Returns (output, validation.json)."""
     result, out = run_horovod_job(base)
     assert result.returncode == 0, out[-4000:]
-    assert sorted(re.findall(r"\[rank (\d)\] finished: rank=\d", out)) == ["0", "1"]
+    assert ranks_finished(out) == ["0", "1"]
     with open(os.path.join(base, "model", "validation.json")) as handle:
         return out, json.load(handle)
 
