@@ -5,20 +5,25 @@ losses (Mask R-CNN: and the mask loss), the SGD update, and the distributed vali
 Faster R-CNN networks on VOC-format data, Mask R-CNN networks on COCO-format instances."""
 
 import math
+import os
 
 import mxnet as mx
+import numpy as np
 import pytest
-
 from detector_training import families
 from detector_training.core.config import NETWORKS, from_hyperparameters
 from detector_training.core.distributed import SingleProcess
 from detector_training.core.engine import MetricSums
 from detector_training.core.evaluation import validate
-from detector_training.core.networks import trainable_params
+from detector_training.core.networks import (
+    local_weight_file,
+    offline_first_weights,
+    trainable_params,
+)
 from detector_training.data.datasets import build_datasets
 from detector_training.data.synthetic_coco import generate as generate_coco
 from detector_training.data.synthetic_voc import generate
-from detector_training.errors import ConfigError
+from detector_training.errors import ConfigError, PretrainedWeightsError
 from detector_training.families import build_network
 from detector_training.families.faster_rcnn import fit_proposals_to_images
 
@@ -76,9 +81,8 @@ def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_roo
     (160, 120, 64, 96), (120, 160, 64, 96), (200, 120, 64, 96), (500, 375, 600, 1000),
     (1000, 100, 600, 1000), (333, 500, 96, 2000)])
 def test_resized_shape_is_gluoncvs_resize_short_within(width, height, short, max_size):
-    from gluoncv.data.transforms.image import resize_short_within
-
     from detector_training.families.faster_rcnn import resized_shape
+    from gluoncv.data.transforms.image import resize_short_within
 
     image = mx.nd.zeros((height, width, 3), dtype="uint8")
     assert resized_shape(width, height, short, max_size) == resize_short_within(image, short, max_size).shape[:2]
@@ -129,3 +133,71 @@ def test_images_too_small_for_the_sampled_regions_stop_with_the_smallest_size_th
                                    "pretrained_base": "false", "train_splits": "2007_trainval",
                                    "short": str(size), "max_size": str(max(48, size))})
     fit_proposals_to_images(net, bigger, datasets)  # the size it names works
+
+
+def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):
+    """Backbone weights made by the test itself (no download)."""
+    from gluoncv.model_zoo.resnetv1b import resnet18_v1b
+
+    base = resnet18_v1b(pretrained=False)
+    # He-scaled like trained weights: with BatchNorm frozen (pretrained_base) at its initial
+    # statistics, Normal(0.5) blew activations up ~10x per layer, and a job on them diverged.
+    base.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
+    base(mx.nd.zeros((1, 3, 32, 32)))
+    path = os.path.join(directory, name)
+    base.save_parameters(path)
+    return path, base
+
+
+def test_local_weight_file_lookup(tmp_path):
+    assert local_weight_file(str(tmp_path), "resnet18_v1b") is None
+    (tmp_path / "resnet18_v1b-0000abcd.params").write_bytes(b"x")
+    assert local_weight_file(str(tmp_path), "resnet18_v1b").endswith("resnet18_v1b-0000abcd.params")
+    (tmp_path / "resnet18_v1b.params").write_bytes(b"x")
+    assert local_weight_file(str(tmp_path), "resnet18_v1b").endswith("resnet18_v1b.params")
+    assert local_weight_file(None, "resnet18_v1b") is None
+    # A list: the first directory that has the file wins (channel before baked-in weights).
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "resnet50_v1b-0ecdba34.params").write_bytes(b"x")
+    assert local_weight_file([str(tmp_path / "missing"), str(tmp_path), str(other)],
+                             "resnet50_v1b").startswith(str(other))
+    assert local_weight_file([str(tmp_path), str(other)], "resnet18_v1b").startswith(str(tmp_path))
+
+
+def test_backbone_is_read_from_the_local_directory(tmp_path):
+    path, base = make_backbone_file(str(tmp_path))
+    config = from_hyperparameters({"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom"})
+    net = build_network(config, ("a", "b"), 1, True, str(tmp_path), mx.cpu())
+    assert net.classes == ["a", "b"] or tuple(net.classes) == ("a", "b")
+    expected = base.conv1.weight.data().asnumpy()
+    got = net.features[0].weight.data().asnumpy()
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_neither_local_nor_download_gives_an_error_naming_both(tmp_path, monkeypatch):
+    # GluonCV's download goes to MXNET_GLUON_REPO: point it at a closed loopback port.
+    monkeypatch.setenv("MXNET_GLUON_REPO", "http://127.0.0.1:9/")
+    monkeypatch.setenv("MXNET_HOME", str(tmp_path / "mxhome"))
+    config = from_hyperparameters({"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom"})
+    with pytest.raises(PretrainedWeightsError) as err:
+        build_network(config, ("a",), 1, True, str(tmp_path / "empty"), mx.cpu())
+    text = str(err.value)
+    assert "resnet18_v1b" in text and str(tmp_path / "empty") in text and "download failed" in text
+    assert "pretrained" in text  # says where to put the file
+
+
+def test_patch_is_removed_afterwards(tmp_path):
+    from gluoncv.model_zoo import model_store
+
+    original = model_store.get_model_file
+    with offline_first_weights(str(tmp_path)):
+        assert model_store.get_model_file is not original
+    assert model_store.get_model_file is original
+
+
+def test_from_scratch_trains_every_layer():
+    config = from_hyperparameters({"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom"})
+    net = build_network(config, ("a",), 1, False, None, mx.cpu())
+    trainable = net.collect_train_params()
+    assert any("conv0_weight" in name for name in trainable.keys())  # the stem is trained too

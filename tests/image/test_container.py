@@ -19,7 +19,7 @@ from conftest import TINY, make_job, require_image, skip_without_engine
 
 from detector_training.job.metrics import METRIC_DEFINITIONS, definitions_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE = os.environ.get("IMAGE", "frcnn-training:cpu")
 SDK_PYTHON = os.path.join(ROOT, ".venv-sdk", "bin", "python")
 

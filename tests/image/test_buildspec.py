@@ -7,7 +7,7 @@ import shlex
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def load():
@@ -81,7 +81,7 @@ def test_it_builds_both_variants_smoke_tests_and_pushes_the_gpu_image_by_commit(
     spec = load()
     text = "\n".join(commands(spec))
     assert "make image-gpu" in text and "make image " in text and "make smoke" in text
-    assert "pytest -q tests/test_gpu_image.py" in "\n".join(spec["phases"]["build"]["commands"])
+    assert "pytest -q tests/image/test_gpu_image.py" in "\n".join(spec["phases"]["build"]["commands"])
     # A failed test aborts the build: post_build (the push) would otherwise still run.
     assert spec["phases"]["build"].get("on-failure") == "ABORT"
     assert spec["phases"]["pre_build"].get("on-failure") == "ABORT"

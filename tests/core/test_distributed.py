@@ -7,8 +7,8 @@ import os
 import subprocess
 
 from conftest import BIN
-
 from detector_training.core import distributed
+from detector_training.core.distributed import SingleProcess, launched_by_horovod
 
 PROBE = r"""
 import json, sys
@@ -72,3 +72,10 @@ def test_no_collective_goes_through_horovods_broadcast():
               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "_hvd"}
     assert called and not {name for name in called if "broadcast" in name}, called
+
+
+def test_horovod_is_detected_from_the_launcher_variables_only():
+    assert not launched_by_horovod({})
+    assert launched_by_horovod({"OMPI_COMM_WORLD_SIZE": "2"}) or launched_by_horovod({"HOROVOD_RANK": "0"})
+    single = SingleProcess()
+    assert single.allgather_object({"a": 1}, "x") == [{"a": 1}] and single.allreduce_sum([1, 2]) == [1.0, 2.0]

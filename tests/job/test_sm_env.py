@@ -1,0 +1,32 @@
+"""The /opt/ml and process-environment snapshot (job/sm_env.py), read once."""
+
+
+import pytest
+from detector_training.errors import ConfigError
+from detector_training.job.sm_env import Environment
+
+
+def test_environment_snapshot_takes_the_process_environment_once(tmp_path):
+    environ = {"SAGEMAKER_BASE_DIR": str(tmp_path), "FRCNN_WORK_DIR": "/scratch",
+               "OMPI_COMM_WORLD_RANK": "3", "FRCNN_PRETRAINED_DIR": "/weights"}
+    env = Environment.read(environ=environ)
+    environ["FRCNN_WORK_DIR"] = "/changed-later"  # the snapshot does not follow
+    assert env.paths.base == str(tmp_path)
+    assert env.work_dir == "/scratch" and env.stop_file == "/scratch/stop-requested"
+    assert env.rank_hint == 3 and env.baked_pretrained_dir == "/weights"
+    assert env.pretrained_dirs == ["/weights"]
+
+
+def test_environment_defaults_without_launcher_variables(tmp_path):
+    env = Environment.read(str(tmp_path), environ={})
+    assert env.work_dir == str(tmp_path / "work") and env.rank_hint == 0
+    assert env.stop_file == str(tmp_path / "work" / "stop-requested")
+    assert Environment.read(str(tmp_path), environ={"FRCNN_STOP_FILE": "/x/stop"}).stop_file == "/x/stop"
+
+
+def test_hyperparameters_file_that_is_not_an_object(tmp_path):
+    (tmp_path / "input" / "config").mkdir(parents=True)
+    (tmp_path / "input" / "config" / "hyperparameters.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="must hold a JSON object"):
+        Environment.read(str(tmp_path), environ={})
+
