@@ -1,7 +1,7 @@
-# Faster R-CNN training image for Amazon SageMaker (GluonCV + MXNet 1.9.1 + Horovod 0.28.1).
+# Object-detector training image for Amazon SageMaker (GluonCV + MXNet 1.9.1 + Horovod 0.28.1).
 #
-# GPU (default):  docker build -t frcnn-training:gpu .
-# CPU:            docker build -t frcnn-training:cpu --build-arg VARIANT=cpu .
+# GPU (default):  docker build -t detector-training:gpu .
+# CPU:            docker build -t detector-training:cpu --build-arg VARIANT=cpu .
 # (`make image-gpu` and `make image` run exactly these, from a base image made locally where
 # nothing can be pulled.)
 #
@@ -32,7 +32,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     # root, so the image stays root and tells OpenMPI that this is intended.
     OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    MXNET_HOME=/opt/frcnn/mxnet \
+    MXNET_HOME=/opt/detector-training/mxnet \
     PATH=/opt/venv/bin:${PATH}
 
 # Python 3.11, compilers (Horovod, mpi4py), OpenMPI and SSH for the MPI runner, OpenCV's libraries.
@@ -62,17 +62,17 @@ RUN python3.11 -m venv /opt/venv
 # SageMaker training toolkit and mpi4py.
 FROM system AS stack
 ARG VARIANT
-COPY constraints.txt /opt/frcnn/constraints.txt
-COPY docker/install-stack.sh /opt/frcnn/docker/install-stack.sh
-RUN sh /opt/frcnn/docker/install-stack.sh "${VARIANT}"
+COPY constraints.txt /opt/detector-training/constraints.txt
+COPY docker/install-stack.sh /opt/detector-training/docker/install-stack.sh
+RUN sh /opt/detector-training/docker/install-stack.sh "${VARIANT}"
 
 # Builder, never shipped: the Horovod wheel, compiled against the mxnet above (MXNet, MPI, Gloo;
 # NCCL on GPU with nvcc from Debian's non-free nvidia-cuda-toolkit 11.8). On GPU it also keeps
 # NVIDIA's stub libcuda for the image's build check and smoke test.
 FROM stack AS horovod-build
 ARG VARIANT
-COPY docker/build-horovod.sh /opt/frcnn/docker/build-horovod.sh
-RUN sh /opt/frcnn/docker/build-horovod.sh "${VARIANT}"
+COPY docker/build-horovod.sh /opt/detector-training/docker/build-horovod.sh
+RUN sh /opt/detector-training/docker/build-horovod.sh "${VARIANT}"
 
 FROM stack AS image
 ARG VARIANT
@@ -81,33 +81,33 @@ ARG VARIANT
 # own on the loader path. (Inert in the CPU variant, whose mxnet never loads the driver.)
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    FRCNN_IMAGE_VARIANT=${VARIANT}
+    DETECTOR_IMAGE_VARIANT=${VARIANT}
 
-COPY --from=horovod-build /opt/frcnn/dist/ /opt/frcnn/dist/
-RUN pip install -q --no-deps /opt/frcnn/dist/horovod-*.whl && rm -rf /opt/frcnn/dist
+COPY --from=horovod-build /opt/detector-training/dist/ /opt/detector-training/dist/
+RUN pip install -q --no-deps /opt/detector-training/dist/horovod-*.whl && rm -rf /opt/detector-training/dist
 
 # NVIDIA's stub libcuda (GPU variant; the folder is empty on CPU), deliberately off the loader
 # path: only the build check below and CPU smoke tests name it (LD_LIBRARY_PATH on one command),
 # so that mxnet-cu112 imports where no driver is mounted. At run time the host's driver serves.
-COPY --from=horovod-build /opt/frcnn/cuda-stub/ /opt/frcnn/cuda-stub/
+COPY --from=horovod-build /opt/detector-training/cuda-stub/ /opt/detector-training/cuda-stub/
 
 # Optional: backbone weights baked in outside /opt/ml (put GluonCV .params files into
 # docker/pretrained/ before building); otherwise they come through the 'pretrained' channel.
-COPY docker/pretrained/ /opt/frcnn/pretrained/
-ENV FRCNN_PRETRAINED_DIR=/opt/frcnn/pretrained
+COPY docker/pretrained/ /opt/detector-training/pretrained/
+ENV DETECTOR_PRETRAINED_DIR=/opt/detector-training/pretrained
 
 # The project itself, last: it changes most often. Its `train` replaces the toolkit's on PATH.
-COPY container/ /opt/frcnn/container/
-RUN pip install -q -c /opt/frcnn/constraints.txt --no-build-isolation /opt/frcnn/container \
- && rm -rf /opt/frcnn/container/build
+COPY container/ /opt/detector-training/container/
+RUN pip install -q -c /opt/detector-training/constraints.txt --no-build-isolation /opt/detector-training/container \
+ && rm -rf /opt/detector-training/container/build
 
 # Build-time check: the variant's mxnet and Horovod, every shared library resolves, pip check,
 # the networks build offline (docker/build_check.py).
-COPY docker/build_check.py /opt/frcnn/build_check.py
-RUN LD_LIBRARY_PATH=/opt/frcnn/cuda-stub python /opt/frcnn/build_check.py --variant "${VARIANT}"
+COPY docker/build_check.py /opt/detector-training/build_check.py
+RUN LD_LIBRARY_PATH=/opt/detector-training/cuda-stub python /opt/detector-training/build_check.py --variant "${VARIANT}"
 
 WORKDIR /opt/ml
 ENTRYPOINT []
 CMD ["train"]
 # Marks this image's builds, so that `make image` can remove the untagged ones a rebuild leaves.
-LABEL org.opencontainers.image.title=frcnn-training
+LABEL org.opencontainers.image.title=detector-training

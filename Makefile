@@ -13,17 +13,17 @@ RUN_DIR ?= out/run
 # built with (pip's own cache ignores build flags), so later installs on this machine take seconds.
 HOROVOD_FLAGS := HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 \
 	HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1
-WHEELHOUSE ?= $(HOME)/.cache/frcnn-wheels/horovod-0.28.1-mxnet-1.9.1-py311-gloo-mpi
+WHEELHOUSE ?= $(HOME)/.cache/detector-training-wheels/horovod-0.28.1-mxnet-1.9.1-py311-gloo-mpi
 SYSTEM_PACKAGES := openmpi-bin libopenmpi-dev openssh-client
 
-IMAGE ?= frcnn-training:cpu
+IMAGE ?= detector-training:cpu
 # PRETRAINED=/path/to/resnet50_v1b-0ecdba34.params bakes backbone weights into the image
-# (under /opt/frcnn/pretrained, outside /opt/ml); without it they come through the 'pretrained' channel.
+# (under /opt/detector-training/pretrained, outside /opt/ml); without it they come through the 'pretrained' channel.
 PRETRAINED ?=
-GPU_IMAGE ?= frcnn-training:gpu
-BASE_IMAGE ?= frcnn-base:bookworm
+GPU_IMAGE ?= detector-training:gpu
+BASE_IMAGE ?= detector-base:bookworm
 # NVIDIA's stub driver library inside the GPU image, off its loader path (see Dockerfile).
-CUDA_STUB := /opt/frcnn/cuda-stub
+CUDA_STUB := /opt/detector-training/cuda-stub
 
 .PHONY: venv sdk-venv sysdeps run run-mask test bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
 venv: $(STAMP)
@@ -90,7 +90,7 @@ engine:
 # VARIANT; every part of them (the Horovod wheel too) is built inside the build, from Debian and
 # PyPI, so no build depends on a file left over from another.
 base-image: engine
-	if [ "$(BASE_IMAGE)" = "frcnn-base:bookworm" ]; then bash docker/make-base-image.sh $(BASE_IMAGE); fi
+	if [ "$(BASE_IMAGE)" = "detector-base:bookworm" ]; then bash docker/make-base-image.sh $(BASE_IMAGE); fi
 
 pretrained:
 	if [ -n "$(PRETRAINED)" ]; then cp "$(PRETRAINED)" docker/pretrained/; fi
@@ -98,7 +98,7 @@ pretrained:
 # A rebuild leaves the previous build untagged: remove those of this image (its label; the builder
 # stages, unlabelled, stay as the build cache) that no container uses, so that repeated builds
 # do not fill the disk.
-PRUNE_OLD_BUILDS := docker image prune -f --filter label=org.opencontainers.image.title=frcnn-training
+PRUNE_OLD_BUILDS := docker image prune -f --filter label=org.opencontainers.image.title=detector-training
 
 image: base-image pretrained
 	docker build -t $(IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg VARIANT=cpu .

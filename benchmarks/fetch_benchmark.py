@@ -51,7 +51,7 @@ from detector_training.data.synthetic_voc import make_voc_tars
 from detector_training.data.voc_fetch import FetchOptions, acquire_voc
 
 MB = 1e6
-BUCKET = "frcnn-fetch-bench"
+BUCKET = "detector-fetch-bench"
 PREFIX = "voc/"
 
 
@@ -287,7 +287,7 @@ def settle(tar_dir, drop_caches):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.2, help="total size of the generated tars")
-    parser.add_argument("--cache", default="/tmp/frcnn-fetch-bench", help="where tars and runs live")
+    parser.add_argument("--cache", default="/tmp/detector-fetch-bench", help="where tars and runs live")
     parser.add_argument("--rounds", type=int, default=3, help="repetitions of every variant (median kept)")
     parser.add_argument("--moto-ranges", choices=("fast", "stock"), default="fast")
     parser.add_argument("--drop-caches", action="store_true",
@@ -314,7 +314,7 @@ def main(argv=None):
     proc, endpoint = start_server(args.moto_ranges == "fast", args.connection_mbps)
     os.environ.update(AWS_ENDPOINT_URL_S3=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_DEFAULT_REGION="us-east-1")
-    runs = os.path.join(args.runs_dir or args.cache, "frcnn-fetch-runs-%d" % os.getpid())
+    runs = os.path.join(args.runs_dir or args.cache, "detector-fetch-runs-%d" % os.getpid())
     os.makedirs(runs)
     transient = on_tmpfs(runs)
     try:

@@ -1,12 +1,12 @@
 #!/bin/sh
 # Builder stage only (never shipped): compile the Horovod wheel against the mxnet of this stage,
-# with MXNet, MPI and Gloo, and on GPU with NCCL. Writes the wheel to /opt/frcnn/dist and, on GPU,
-# NVIDIA's stub libcuda to /opt/frcnn/cuda-stub (the image copies both).
+# with MXNet, MPI and Gloo, and on GPU with NCCL. Writes the wheel to /opt/detector-training/dist and, on GPU,
+# NVIDIA's stub libcuda to /opt/detector-training/cuda-stub (the image copies both).
 set -eu
 VARIANT=${1:?usage: build-horovod.sh gpu|cpu}
-PINS=/opt/frcnn/constraints.txt
-DIST=/opt/frcnn/dist
-STUB=/opt/frcnn/cuda-stub
+PINS=/opt/detector-training/constraints.txt
+DIST=/opt/detector-training/dist
+STUB=/opt/detector-training/cuda-stub
 mkdir -p "$DIST" "$STUB"
 
 pip install -q -c "$PINS" cmake

@@ -1,6 +1,6 @@
 """Build-time check of the image: fails the build when the stack is not what we ship.
 
-    LD_LIBRARY_PATH=/opt/frcnn/cuda-stub python build_check.py --variant gpu|cpu
+    LD_LIBRARY_PATH=/opt/detector-training/cuda-stub python build_check.py --variant gpu|cpu
 
 Without a GPU it proves what it can: the variant's mxnet build (CUDA, cuDNN, NCCL on GPU; none on
 CPU), Horovod with MXNet, MPI, Gloo (and NCCL on GPU), every shared library of mxnet and Horovod

@@ -3,7 +3,7 @@
 # Every version comes from constraints.txt, the pin source of the local install too.
 set -eu
 VARIANT=${1:?usage: install-stack.sh gpu|cpu}
-PINS=/opt/frcnn/constraints.txt
+PINS=/opt/detector-training/constraints.txt
 
 case "$VARIANT" in
   gpu)
@@ -26,6 +26,8 @@ pip install -q -c "$PINS" pip setuptools wheel
 pip install -q -c "$PINS" "$MXNET" numpy gluoncv $CUDA_LIBS
 # Horovod's runtime dependencies (its wheel is installed --no-deps), the toolkit, mpi4py.
 pip install -q -c "$PINS" cloudpickle psutil pyyaml packaging sagemaker-training mpi4py
+# Serving (gunicorn: the WSGI server of `serve`) and TensorBoard event files (tensorboardX, no TensorFlow).
+pip install -q -c "$PINS" gunicorn tensorboardX
 
 if [ -n "$CUDA_LIBS" ]; then
   # Put the wheels' libraries on the loader path for every process (mxnet's libmxnet.so finds

@@ -1,4 +1,4 @@
-"""Build and start Faster R-CNN training jobs for the frcnn-training image (SageMaker SDK v2).
+"""Build and start object-detector training jobs for the detector-training image (SageMaker SDK v2).
 
     from sagemaker_launch import build_estimator, launch
     est = launch(image_uri=..., role=..., instance_type="ml.p3.16xlarge", instance_count=2,

@@ -1,6 +1,6 @@
-"""frcnn-launch: start a training job from the command line.
+"""detector-launch: start a training job from the command line.
 
-    frcnn-launch --image 123.dkr.ecr.us-east-1.amazonaws.com/frcnn:abc --role ROLE_ARN \\
+    detector-launch --image 123.dkr.ecr.us-east-1.amazonaws.com/detector-training:abc --role ROLE_ARN \\
         --instance-type ml.p3.16xlarge --instance-count 2 --input voc=s3://bucket/voc/ \\
         --hp epochs=20 --hp batch_size=16 --checkpoint-s3-uri s3://bucket/ckpt/ --spot --max-wait 200000
 """
@@ -24,7 +24,7 @@ def _pairs(items, what):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Start a Faster R-CNN training job (SageMaker SDK v2).")
-    parser.add_argument("--image", required=True, help="image URI (or frcnn-training:cpu in local mode)")
+    parser.add_argument("--image", required=True, help="image URI (or detector-training:cpu in local mode)")
     parser.add_argument("--role", required=True, help="execution role ARN")
     parser.add_argument("--instance-type", required=True, help="e.g. ml.p3.16xlarge, local, local_gpu")
     parser.add_argument("--instance-count", type=int, default=1)
@@ -51,7 +51,7 @@ def main(argv=None):
             tags=[{"Key": k, "Value": v} for k, v in _pairs(args.tag, "--tag").items()])
         estimator = launch(spec, _pairs(args.input, "--input"), wait=not args.no_wait)
     except LaunchError as exc:
-        print("frcnn-launch: %s" % exc, file=sys.stderr)
+        print("detector-launch: %s" % exc, file=sys.stderr)
         return 2
     job = estimator.latest_training_job
     print(json.dumps({"job_name": job.name if job else None,

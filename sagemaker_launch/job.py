@@ -69,7 +69,7 @@ class JobSpec:
     use_spot_instances: bool = False
     max_wait: Optional[int] = None
     tags: List[Dict[str, str]] = field(default_factory=list)
-    base_job_name: str = "frcnn"
+    base_job_name: str = "detector"
     processes_per_host: Optional[int] = None
     shm_size: str = "2g"  # local mode: Docker's 64 MB default breaks data loading and NCCL
     environment: Dict[str, str] = field(default_factory=dict)
@@ -115,7 +115,7 @@ def _check(spec):
 
 
 def build_estimator(spec, session=None):
-    """A SageMaker SDK v2 Estimator for the frcnn-training image."""
+    """A SageMaker SDK v2 Estimator for the detector-training image."""
     from sagemaker.estimator import Estimator
 
     _check(spec)

@@ -13,7 +13,7 @@ def default_ranges():
     }
 
 
-def build_tuner(estimator, max_jobs=8, max_parallel_jobs=2, ranges=None, base_tuning_job_name="frcnn-tune"):
+def build_tuner(estimator, max_jobs=8, max_parallel_jobs=2, ranges=None, base_tuning_job_name="detector-tune"):
     from sagemaker.tuner import HyperparameterTuner
 
     return HyperparameterTuner(

@@ -27,7 +27,7 @@ def main(spec_path):
         output_path="file://" + spec["output_dir"],
         metric_definitions=spec["metric_definitions"],
         sagemaker_session=session,
-        base_job_name="frcnn-local",
+        base_job_name="detector-local",
     )
     estimator.fit({"voc": "file://" + spec["data_dir"]}, wait=True, logs=True)
     print("RESULT " + json.dumps({"job_name": estimator.latest_training_job.name,

@@ -9,7 +9,7 @@ import pytest
 from nbclient import NotebookClient
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-IMAGE = os.environ.get("IMAGE", "frcnn-training:cpu")
+IMAGE = os.environ.get("IMAGE", "detector-training:cpu")
 
 
 def image_present():
@@ -30,12 +30,12 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
                    capture_output=True)
     output = tmp_path / "output"
     output.mkdir()
-    monkeypatch.setenv("FRCNN_IMAGE", IMAGE)
-    monkeypatch.setenv("FRCNN_VOC", "file://%s" % data)
-    monkeypatch.setenv("FRCNN_OUTPUT", "file://%s" % output)
+    monkeypatch.setenv("DETECTOR_IMAGE", IMAGE)
+    monkeypatch.setenv("DETECTOR_VOC", "file://%s" % data)
+    monkeypatch.setenv("DETECTOR_OUTPUT", "file://%s" % output)
     # The SDK's `docker compose up` leaves its exited containers behind; a project name of our
     # own lets the test remove exactly those.
-    project = "frcnn-notebook-%s" % uuid.uuid4().hex[:12]
+    project = "detector-notebook-%s" % uuid.uuid4().hex[:12]
     monkeypatch.setenv("COMPOSE_PROJECT_NAME", project)
     nb = nbformat.read(os.path.join(ROOT, "sagemaker_launch", "example.ipynb"), as_version=4)
     try:

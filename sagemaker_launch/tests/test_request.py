@@ -10,7 +10,7 @@ from sagemaker_launch import JobSpec, LaunchError, build_tuner, launch, processe
 from sagemaker_launch.job import _GPUS
 
 ROLE = "arn:aws:iam::111111111111:role/SageMakerRole"
-IMAGE = "111111111111.dkr.ecr.us-east-1.amazonaws.com/frcnn-training:abc123"
+IMAGE = "111111111111.dkr.ecr.us-east-1.amazonaws.com/detector-training:abc123"
 
 
 def stubbed_session():
@@ -28,7 +28,7 @@ def stubbed_session():
     stubber.add_response("create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:111111111111:training-job/x"})
     stubber.activate()
     session = sagemaker.Session(boto_session=boto_session, sagemaker_client=client,
-                                default_bucket="frcnn-test-bucket")
+                                default_bucket="detector-test-bucket")
     return session, captured, stubber
 
 
@@ -36,28 +36,28 @@ def test_create_training_job_request_for_two_gpu_hosts_on_spot():
     session, captured, stubber = stubbed_session()
     spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.p3.16xlarge", instance_count=2,
                    hyperparameters={"epochs": 20, "batch_size": 16, "mixup": False, "lr_decay_epoch": [14, 20]},
-                   volume_size=200, max_run=36000, output_path="s3://frcnn-test-bucket/out/",
-                   checkpoint_s3_uri="s3://frcnn-test-bucket/ckpt/", use_spot_instances=True,
+                   volume_size=200, max_run=36000, output_path="s3://detector-test-bucket/out/",
+                   checkpoint_s3_uri="s3://detector-test-bucket/ckpt/", use_spot_instances=True,
                    max_wait=72000, tags=[{"Key": "team", "Value": "vision"}])
-    launch(spec, {"voc": "s3://frcnn-test-bucket/voc/", "pretrained": "s3://frcnn-test-bucket/weights/"},
+    launch(spec, {"voc": "s3://detector-test-bucket/voc/", "pretrained": "s3://detector-test-bucket/weights/"},
            wait=False, session=session)
     stubber.assert_no_pending_responses()
     req = captured
     assert req["AlgorithmSpecification"]["TrainingImage"] == IMAGE
     assert req["ResourceConfig"] == {"InstanceType": "ml.p3.16xlarge", "InstanceCount": 2, "VolumeSizeInGB": 200}
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in req["InputDataConfig"]}
-    assert channels == {"voc": "s3://frcnn-test-bucket/voc/", "pretrained": "s3://frcnn-test-bucket/weights/"}
+    assert channels == {"voc": "s3://detector-test-bucket/voc/", "pretrained": "s3://detector-test-bucket/weights/"}
     hps = req["HyperParameters"]
     assert hps["processes_per_host"] == "8"  # the container's MPI setting: one rank per GPU
     assert hps["epochs"] == "20" and hps["batch_size"] == "16" and hps["mixup"] == "false"
     assert hps["lr_decay_epoch"] == "14,20"
-    assert req["CheckpointConfig"]["S3Uri"] == "s3://frcnn-test-bucket/ckpt/"
+    assert req["CheckpointConfig"]["S3Uri"] == "s3://detector-test-bucket/ckpt/"
     assert req["EnableManagedSpotTraining"] is True
     assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 36000, "MaxWaitTimeInSeconds": 72000}
     sent = {d["Name"]: d["Regex"] for d in req["AlgorithmSpecification"]["MetricDefinitions"]}
     assert sent == {d["Name"]: d["Regex"] for d in METRIC_DEFINITIONS}
     assert {"Key": "team", "Value": "vision"} in req["Tags"]
-    assert req["OutputDataConfig"]["S3OutputPath"] == "s3://frcnn-test-bucket/out/"
+    assert req["OutputDataConfig"]["S3OutputPath"] == "s3://detector-test-bucket/out/"
     assert req["RoleArn"] == ROLE
 
 
@@ -125,6 +125,6 @@ def test_a_job_without_data_is_refused_and_told_the_channels():
         assert words in str(err.value)
     session, captured, _ = stubbed_session()
     launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge",
-                   output_path="s3://frcnn-test-bucket/out/",
+                   output_path="s3://detector-test-bucket/out/",
                    hyperparameters={"data_s3_uri": "s3://b/voc/"}), {}, wait=False, session=session)
     assert captured["HyperParameters"]["data_s3_uri"] == "s3://b/voc/"

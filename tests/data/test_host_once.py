@@ -23,7 +23,7 @@ def test_marker_state():
 
 
 def test_launch_token_prefers_the_launcher_id():
-    assert host_once.launch_token({"FRCNN_LAUNCH_ID": "abc"}) == "env:abc"
+    assert host_once.launch_token({"DETECTOR_LAUNCH_ID": "abc"}) == "env:abc"
     assert host_once.launch_token({}).startswith("ppid:%d:" % os.getppid())
 
 

@@ -41,7 +41,7 @@ def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):
            "epochs": "\"1\"", "batch_size": "2", "lr": "\"0.02\"", "lr_decay_epoch": "\"[5, 9]\"",
            "num_workers": "0", "no_wd": "\"True\"", "mixup": "False", "log_interval": "1",
            "train_splits": "\"2007_trainval\"", "sagemaker_region": "\"us-east-1\"",
-           "sagemaker_job_name": "\"frcnn-test\""}
+           "sagemaker_job_name": "\"detector-test\""}
     with open(os.path.join(base, "input", "config", "hyperparameters.json"), "w") as handle:
         json.dump(hps, handle)
     result = run_train(base)

@@ -20,7 +20,7 @@ from conftest import TINY, make_job, require_image, skip_without_engine
 from detector_training.job.metrics import METRIC_DEFINITIONS, definitions_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-IMAGE = os.environ.get("IMAGE", "frcnn-training:cpu")
+IMAGE = os.environ.get("IMAGE", "detector-training:cpu")
 SDK_PYTHON = os.path.join(ROOT, ".venv-sdk", "bin", "python")
 
 
@@ -124,7 +124,7 @@ def run_local_mode(tmp_path, image, instance_count, hyperparameters, n_train=6, 
     spec_path.write_text(json.dumps(spec))
     # The SDK's `docker compose up` leaves its exited containers (and with them the image they ran)
     # behind; name the compose project so this test can remove exactly its own.
-    project = "frcnn-test-%s" % uuid.uuid4().hex[:12]
+    project = "detector-test-%s" % uuid.uuid4().hex[:12]
     env = dict(sdk_environment(tmp_path), COMPOSE_PROJECT_NAME=project)
     try:
         result = subprocess.run([SDK_PYTHON, os.path.join(ROOT, "tests", "sdk_local_job.py"),

@@ -1,6 +1,6 @@
 """The GPU image, really run on a machine without a GPU.
 
-NVIDIA's stub libcuda (shipped in the image at /opt/frcnn/cuda-stub, off its loader path) stands
+NVIDIA's stub libcuda (shipped in the image at /opt/detector-training/cuda-stub, off its loader path) stands
 in for the host's driver on the commands that name it, so mxnet-cu112 imports, runs CPU operations
 and reports no GPU. Needs a Docker engine and the GPU image (`make test` builds it with
 `make image-gpu`); without any engine these tests skip with a loud message, with an engine but no
@@ -17,8 +17,8 @@ import pytest
 from conftest import make_job, require_image, skip_without_engine
 from test_container import IMAGE as CPU_IMAGE, docker_run
 
-GPU_IMAGE = os.environ.get("GPU_IMAGE", "frcnn-training:gpu")
-STUB = ["-e", "LD_LIBRARY_PATH=/opt/frcnn/cuda-stub"]
+GPU_IMAGE = os.environ.get("GPU_IMAGE", "detector-training:gpu")
+STUB = ["-e", "LD_LIBRARY_PATH=/opt/detector-training/cuda-stub"]
 
 pytestmark = skip_without_engine("GPU image tests")
 
@@ -93,11 +93,11 @@ def test_a_whole_job_trains_in_the_gpu_image_on_cpu_with_two_horovod_ranks(gpu_i
 def test_make_image_leaves_no_old_build_of_either_image_behind(gpu_image):
     # `make image` and `make image-gpu` (which `make test` ran before this) remove the untagged
     # builds a rebuild leaves, found by the label both variants carry.
-    label = "org.opencontainers.image.title=frcnn-training"
+    label = "org.opencontainers.image.title=detector-training"
     for name in (gpu_image, require_image(CPU_IMAGE, "image")):
         labels = subprocess.run(["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", name],
                                 capture_output=True, text=True, check=True).stdout
-        assert json.loads(labels).get("org.opencontainers.image.title") == "frcnn-training", labels
+        assert json.loads(labels).get("org.opencontainers.image.title") == "detector-training", labels
     left = subprocess.run(["docker", "images", "-q", "--filter", "dangling=true", "--filter",
                            "label=" + label], capture_output=True, text=True, check=True).stdout.split()
     assert left == [], "untagged builds left behind: %s" % left

@@ -7,10 +7,10 @@ from detector_training.job.sm_env import Environment
 
 
 def test_environment_snapshot_takes_the_process_environment_once(tmp_path):
-    environ = {"SAGEMAKER_BASE_DIR": str(tmp_path), "FRCNN_WORK_DIR": "/scratch",
-               "OMPI_COMM_WORLD_RANK": "3", "FRCNN_PRETRAINED_DIR": "/weights"}
+    environ = {"SAGEMAKER_BASE_DIR": str(tmp_path), "DETECTOR_WORK_DIR": "/scratch",
+               "OMPI_COMM_WORLD_RANK": "3", "DETECTOR_PRETRAINED_DIR": "/weights"}
     env = Environment.read(environ=environ)
-    environ["FRCNN_WORK_DIR"] = "/changed-later"  # the snapshot does not follow
+    environ["DETECTOR_WORK_DIR"] = "/changed-later"  # the snapshot does not follow
     assert env.paths.base == str(tmp_path)
     assert env.work_dir == "/scratch" and env.stop_file == "/scratch/stop-requested"
     assert env.rank_hint == 3 and env.baked_pretrained_dir == "/weights"
@@ -21,7 +21,7 @@ def test_environment_defaults_without_launcher_variables(tmp_path):
     env = Environment.read(str(tmp_path), environ={})
     assert env.work_dir == str(tmp_path / "work") and env.rank_hint == 0
     assert env.stop_file == str(tmp_path / "work" / "stop-requested")
-    assert Environment.read(str(tmp_path), environ={"FRCNN_STOP_FILE": "/x/stop"}).stop_file == "/x/stop"
+    assert Environment.read(str(tmp_path), environ={"DETECTOR_STOP_FILE": "/x/stop"}).stop_file == "/x/stop"
 
 
 def test_hyperparameters_file_that_is_not_an_object(tmp_path):
@@ -30,3 +30,15 @@ def test_hyperparameters_file_that_is_not_an_object(tmp_path):
     with pytest.raises(ConfigError, match="must hold a JSON object"):
         Environment.read(str(tmp_path), environ={})
 
+
+
+def test_the_old_setting_names_still_work_for_one_release_with_a_warning(tmp_path, caplog):
+    from detector_training import settings
+
+    settings._warned.clear()
+    old = Environment.read(str(tmp_path), environ={"FRCNN_WORK_DIR": "/old", "FRCNN_STOP_FILE": "/old/stop"})
+    with caplog.at_level("WARNING"):
+        assert old.work_dir == "/old" and old.stop_file == "/old/stop"
+    assert "FRCNN_WORK_DIR is deprecated" in caplog.text and "set DETECTOR_WORK_DIR instead" in caplog.text
+    both = Environment.read(str(tmp_path), environ={"FRCNN_WORK_DIR": "/old", "DETECTOR_WORK_DIR": "/new"})
+    assert both.work_dir == "/new"  # the new name wins

@@ -89,12 +89,12 @@ class Horovod:
             data = param.data()
             if not self.world.is_main:
                 data[:] = 0
-            self._hvd.allreduce_(data, average=False, name="frcnn.broadcast." + name)
+            self._hvd.allreduce_(data, average=False, name="detector.broadcast." + name)
 
     # Horovod names an object collective after the object's type unless told otherwise; ranks that
     # hold different types (a dict on rank 0, None elsewhere) would then never meet. Always name it.
     def allgather_object(self, obj, name):
-        return self._hvd.allgather_object(obj, name="frcnn." + name)
+        return self._hvd.allgather_object(obj, name="detector." + name)
 
     def broadcast_object(self, obj, name):
         # Every rank but 0 sends None (a few bytes): rank 0's object is the first of the list.

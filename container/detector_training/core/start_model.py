@@ -30,7 +30,7 @@ CLASSES_CAP = 1 << 20  # the same cap as for a classes.json inside a model.tar.g
 
 def start_from_channel(net, channel, ctx):
     """Load the model in ``channel`` into ``net`` (materialised, on ``ctx``); returns the summary."""
-    scratch = tempfile.mkdtemp(prefix="frcnn-start-model-")
+    scratch = tempfile.mkdtemp(prefix="detector-start-model-")
     try:
         params, classes = start_model_files(channel, scratch)
         summary = load_start_model(net, params, classes, ctx)

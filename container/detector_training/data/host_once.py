@@ -10,12 +10,13 @@ import os
 import socket
 import time
 
+from detector_training import settings
 from detector_training.core.files import write_json
 from detector_training.errors import FAILURE_LIMIT, DataError, JobError, shorten
 
 LOG = logging.getLogger("detector_training")
 
-MARKER_NAME = ".frcnn-data.json"
+MARKER_NAME = ".detector-data.json"
 MARKER_FORMAT = 2
 
 
@@ -32,11 +33,12 @@ def marker_state(marker, key, launch):
 
 def launch_token(environ=None):
     """Identifies this launch of the job's ranks on this host, so that a waiting rank does not take
-    an earlier launch's failure for its own: $FRCNN_LAUNCH_ID when the launcher sets it, else the
+    an earlier launch's failure for its own: $DETECTOR_LAUNCH_ID when the launcher sets it, else the
     parent process (mpirun/orted start a host's ranks) and its start time."""
     environ = os.environ if environ is None else environ
-    if environ.get("FRCNN_LAUNCH_ID"):
-        return "env:" + environ["FRCNN_LAUNCH_ID"]
+    launch_id = settings.setting(settings.LAUNCH_ID, environ)
+    if launch_id:
+        return "env:" + launch_id
     ppid = os.getppid()
     started = ""
     try:
@@ -115,7 +117,7 @@ def wait_for_host(root, key, launch, ready, timeout_s, poll_s=1.0):
                             "(no completion marker from this launch at %s)."
                             % (timeout_s, os.path.join(root, MARKER_NAME)),
                             "see the log of local rank 0: it may still be downloading (raise "
-                            "FRCNN_FETCH_WAIT_S) or it stopped without writing the marker.")
+                            "DETECTOR_FETCH_WAIT_S) or it stopped without writing the marker.")
         if now >= next_log:
             LOG.info("data: waiting for local rank 0 to prepare %s (%.0f s so far)", root, now - started)
             next_log = now + 60.0

@@ -28,11 +28,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from detector_training import settings
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
 MIB = 1 << 20
-USER_AGENT = "frcnn-train-fetch/2"
+USER_AGENT = "detector-training-fetch/2"
 _READ = 1 << 20
 
 
@@ -57,20 +58,22 @@ class FetchOptions:
 
     @classmethod
     def from_environ(cls, environ=None):
-        """Defaults, with FRCNN_FETCH_{WORKERS,CHUNK_MB,TIMEOUT_S,DEADLINE_S,WAIT_S,PROGRESS_S} applied."""
+        """Defaults, with DETECTOR_FETCH_{WORKERS,CHUNK_MB,TIMEOUT_S,DEADLINE_S,WAIT_S,PROGRESS_S} applied."""
         environ = os.environ if environ is None else environ
         values = {}
-        try:
-            if environ.get("FRCNN_FETCH_WORKERS"):
-                values["s3_workers"] = int(environ["FRCNN_FETCH_WORKERS"])
-            if environ.get("FRCNN_FETCH_CHUNK_MB"):
-                values["chunk_size"] = int(float(environ["FRCNN_FETCH_CHUNK_MB"]) * MIB)
-            for var, name in (("FRCNN_FETCH_TIMEOUT_S", "timeout_s"), ("FRCNN_FETCH_WAIT_S", "wait_timeout_s"),
-                              ("FRCNN_FETCH_DEADLINE_S", "deadline_s"), ("FRCNN_FETCH_PROGRESS_S", "progress_s")):
-                if environ.get(var):
-                    values[name] = float(environ[var])
-        except ValueError as exc:
-            raise DataError("invalid FRCNN_FETCH_* setting: %s" % exc, "set it to a number.") from None
+        for key, field_name, parse in (("FETCH_WORKERS", "s3_workers", int),
+                                       ("FETCH_CHUNK_MB", "chunk_size", lambda v: int(float(v) * MIB)),
+                                       ("FETCH_TIMEOUT_S", "timeout_s", float),
+                                       ("FETCH_WAIT_S", "wait_timeout_s", float),
+                                       ("FETCH_DEADLINE_S", "deadline_s", float),
+                                       ("FETCH_PROGRESS_S", "progress_s", float)):
+            value = settings.setting(key, environ)
+            if value:
+                try:
+                    values[field_name] = parse(value)
+                except ValueError:
+                    raise DataError("invalid %s=%r." % (settings.name(key), value),
+                                    "set it to a number.") from None
         return cls(**values)
 
     def deadline_for(self, size):

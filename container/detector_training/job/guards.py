@@ -55,7 +55,7 @@ def check_gpus_visible(instance_type, gpus):
         raise EnvironmentCheckError(
             "instance type %s has GPUs but none is visible to MXNet (a CPU-only mxnet build, or "
             "the container was started without GPU access)." % instance_type,
-            "use the GPU image (frcnn-training:gpu, mxnet-cu112) and, with docker run, pass --gpus all.")
+            "use the GPU image (detector-training:gpu, mxnet-cu112) and, with docker run, pass --gpus all.")
 
 
 def classify_gpu_error(message):

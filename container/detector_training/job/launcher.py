@@ -23,6 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from detector_training import settings
 from detector_training.errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
 from detector_training.main import load_config, report_failure, setup_logging, write_failure
 from detector_training.job.sm_env import ENV_STOP_FILE, ENV_WORK_DIR
@@ -33,7 +34,7 @@ LOG = logging.getLogger("detector_training")
 STOP_GRACE_S = 100
 STATUS_FILE = "/tmp/done"  # the toolkit's convention: /tmp/done.<leader>
 # Environment the ranks need from the launcher (names only: values never appear in argv).
-FORWARDED_ENV_PREFIXES = ("SAGEMAKER_", "SM_", "FRCNN_", "AWS_", "MXNET_", "NCCL_", "HOROVOD_",
+FORWARDED_ENV_PREFIXES = ("SAGEMAKER_", "SM_", "DETECTOR_", "FRCNN_", "AWS_", "MXNET_", "NCCL_", "HOROVOD_",
                           "OMP_", "PYTHON", "GLUON", "LD_LIBRARY_PATH", "PATH", "HOME")
 
 
@@ -227,7 +228,7 @@ def main(argv=None):
         os.environ.setdefault("SAGEMAKER_BASE_DIR", env.paths.base)
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
         # Tells ranks of this launch apart from an earlier one (data fetch completion markers).
-        os.environ["FRCNN_LAUNCH_ID"] = uuid.uuid4().hex
+        os.environ[settings.name(settings.LAUNCH_ID)] = uuid.uuid4().hex
         stop = StopSignal(env.stop_file)
         stop.install()
         LOG.info("job: hosts=%s current=%s processes_per_host=%d world=%d gpus=%d open_files=%d",

@@ -9,10 +9,11 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from detector_training import settings
 from detector_training.errors import ConfigError, DataError
 
-ENV_STOP_FILE = "FRCNN_STOP_FILE"
-ENV_WORK_DIR = "FRCNN_WORK_DIR"
+ENV_STOP_FILE = settings.name(settings.STOP_FILE)
+ENV_WORK_DIR = settings.name(settings.WORK_DIR)
 DATA_CHANNELS = ("voc", "train", "training")  # 'training' is what fit("s3://...") names it
 COCO_CHANNELS = ("coco", "train", "training")
 
@@ -106,20 +107,20 @@ class Environment:
 
     @property
     def baked_pretrained_dir(self):
-        """Weights baked into the image ($FRCNN_PRETRAINED_DIR)."""
-        return self.environ.get("FRCNN_PRETRAINED_DIR", "")
+        """Weights baked into the image ($DETECTOR_PRETRAINED_DIR)."""
+        return settings.setting(settings.PRETRAINED_DIR, self.environ, "")
 
     @property
     def work_dir(self):
-        """Scratch for fetched data: $FRCNN_WORK_DIR (set by the launcher), else /opt/ml/work."""
-        return self.environ.get(ENV_WORK_DIR) or self.paths.work_dir
+        """Scratch for fetched data: $DETECTOR_WORK_DIR (set by the launcher), else /opt/ml/work."""
+        return settings.setting(settings.WORK_DIR, self.environ) or self.paths.work_dir
 
     @property
     def stop_file(self):
-        """The host's stop file: $FRCNN_STOP_FILE (set by the launcher), else in the work dir."""
+        """The host's stop file: $DETECTOR_STOP_FILE (set by the launcher), else in the work dir."""
         from detector_training.job.stop import STOP_FILE_NAME
 
-        return self.environ.get(ENV_STOP_FILE) or os.path.join(self.work_dir, STOP_FILE_NAME)
+        return settings.setting(settings.STOP_FILE, self.environ) or os.path.join(self.work_dir, STOP_FILE_NAME)
 
     @property
     def rank_hint(self):
