@@ -22,7 +22,7 @@ import mxnet as mx
 
 from detector_training import families
 from detector_training.core.checkpoint import Position
-from detector_training.core.config import from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import SingleProcess
 from detector_training.core.engine import (Engine, EpochSetupHook, LearningRateHook, MetricLogHook,
                                            MetricSums)

@@ -44,7 +44,7 @@ import threading
 import time
 import urllib.request
 
-from detector_training.core.config import from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import World
 from detector_training.job.sm_env import Environment, JobPaths
 from detector_training.data.synthetic_voc import make_voc_tars

@@ -55,7 +55,7 @@ def main():
     import sagemaker_training  # noqa: F401
 
     import detector_training
-    from detector_training.core.config import from_hyperparameters
+    from detector_training.job.config import from_hyperparameters
     from detector_training.families import build_network
 
     print("variant", variant, "mxnet", mx.__version__, "gluoncv", gluoncv.__version__,

@@ -1,6 +1,6 @@
 """One call that builds the right training job for an instance type.
 
-Hyperparameters are validated with the container's own schema (detector_training.core.config) before
+Hyperparameters are validated with the container's own schema (detector_training.job.config) before
 anything is sent; metric definitions come from the container's single source
 (detector_training.job.metrics); processes per host follow the instance type's GPU count.
 """
@@ -8,7 +8,7 @@ anything is sent; metric definitions come from the container's single source
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from detector_training.core.config import from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.errors import ConfigError
 from detector_training.job.guards import WORKING_FAMILIES, unsupported_gpu
 from detector_training.job.metrics import METRIC_DEFINITIONS

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import traceback
 
-from detector_training.core import config as config_mod
+from detector_training.job import config as config_mod
 from detector_training.errors import failure_text_for
 
 LOG = logging.getLogger("detector_training")

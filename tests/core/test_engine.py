@@ -12,7 +12,7 @@ import pytest
 from mxnet import autograd
 
 from detector_training.core.checkpoint import CheckpointManager, Position, load_latest, resume_trainer
-from detector_training.core.config import from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import SingleProcess, World
 from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, Hook,
                                            LearningRateHook, MetricLogHook, StopHook,

@@ -11,7 +11,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 from detector_training import families
-from detector_training.core.config import NETWORKS, from_hyperparameters
+from detector_training.job.config import NETWORKS, from_hyperparameters
 from detector_training.core.distributed import SingleProcess
 from detector_training.core.engine import MetricSums
 from detector_training.core.evaluation import validate

@@ -1,6 +1,6 @@
 import pytest
 
-from detector_training.core.config import from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.core.solver import lr_at
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import make_job, run_rank_job
 
-from detector_training.core.config import from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.errors import DataError
 from detector_training.core.start_model import start_from_channel
 

@@ -5,7 +5,7 @@ import pytest
 
 from detector_training.data.datasets import (EqualStepsBatchSampler, build_datasets, infer_voc_classes,
                                   split_sorted_bucket_sampler_class, steps_per_epoch)
-from detector_training.core.config import from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.errors import DataError
 from detector_training.data.synthetic_voc import generate
 

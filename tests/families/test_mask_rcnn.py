@@ -11,7 +11,7 @@ import pycocotools.mask as cocomask
 import pytest
 
 from detector_training import families
-from detector_training.core.config import FAMILY_NETWORKS, from_hyperparameters
+from detector_training.job.config import FAMILY_NETWORKS, from_hyperparameters
 from detector_training.core.evaluation import score_instances
 from detector_training.data.coco_format import annotation_file
 from detector_training.data.datasets import build_datasets

@@ -3,7 +3,7 @@
 
 import pytest
 from detector_training import families
-from detector_training.core.config import (
+from detector_training.job.config import (
     FAMILY_NETWORKS,
     NETWORKS,
     family_of,

@@ -16,7 +16,7 @@ import pytest
 from conftest import BIN, make_job, run_horovod_job
 
 from detector_training import families
-from detector_training.core.config import from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import World
 from detector_training.core.engine import EpochSetupHook, MetricSums
 from detector_training.data.datasets import Datasets, build_datasets, steps_per_epoch

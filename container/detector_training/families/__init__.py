@@ -3,7 +3,7 @@ networks (see base.py for the seam). ``get(network)`` returns the family that bu
 
 import importlib
 
-from detector_training.core.config import family_of
+from detector_training.job.config import family_of
 
 FAMILIES = {"faster_rcnn": ("detector_training.families.faster_rcnn", "FasterRCNN"),
             "mask_rcnn": ("detector_training.families.mask_rcnn", "MaskRCNN"),

@@ -26,7 +26,7 @@ has, run before any data is read), ``mixup_draw``/``mixup_loss_weight`` (how mix
 drawn, and the weight of the losses while mixup is on).
 
 A new family is one module here that subclasses DetectorFamily, plus its networks in
-``core/config.py``'s ``FAMILY_NETWORKS`` (and ``FAMILY_PRESETS`` when its defaults differ) and
+``job/config.py``'s ``FAMILY_NETWORKS`` (and ``FAMILY_PRESETS`` when its defaults differ) and
 its entry in ``families/__init__.py``'s ``FAMILIES``.
 """
 

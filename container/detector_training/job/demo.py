@@ -66,7 +66,7 @@ FAMILY_RUN_DEFAULTS = {
 
 def _family(hyperparameters):
     """The family of the network asked for (None for a name the job will refuse)."""
-    from detector_training.core.config import NETWORKS, family_of
+    from detector_training.job.config import NETWORKS, family_of
 
     network = str(hyperparameters.get("network", RUN_DEFAULTS["network"])).strip('"')
     return family_of(network) if network in NETWORKS else None

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from detector_training.core import config as cfg
+from detector_training.job import config as cfg
 from detector_training.errors import ConfigError
 
 
