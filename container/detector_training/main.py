@@ -215,9 +215,12 @@ def run_job(config, env, dist, stop):
 
 
 def data_root(config, env, world):
-    """The dataset's root: the COCO-format channel, or the VOC tree acquired once per host."""
+    """The dataset's root: the COCO-format channel, the channels of a manifest, or the VOC tree
+    acquired once per host."""
     if config.dataset == "coco":
         return env.require_coco_dir()
+    if config.dataset == "manifest":
+        return env.paths.channels_dir
     from detector_training.data.sources import FetchOptions
     from detector_training.data.voc_fetch import acquire_voc
 
@@ -225,7 +228,16 @@ def data_root(config, env, world):
 
 
 def load_config(env):
-    return config_mod.from_hyperparameters(env.hyperparameters)
+    """The job's configuration; without a 'dataset' hyperparameter, a Ground Truth manifest in
+    the train channel makes it dataset=manifest."""
+    from detector_training.data.manifest import channels_hold_manifest
+
+    hyperparameters = env.hyperparameters
+    if "dataset" not in hyperparameters and channels_hold_manifest(env.paths.channels_dir,
+                                                                   env.input_data_config):
+        LOG.info("data: the train channel holds a Ground Truth manifest: dataset=manifest")
+        hyperparameters = dict(hyperparameters, dataset="manifest")
+    return config_mod.from_hyperparameters(hyperparameters)
 
 
 def job_main(base=None, install_signals=True):

@@ -255,8 +255,14 @@ def build_datasets(config, data_root, instances=False):
     validation images are carved from the training ones, with ``final_fit`` the training set is
     training plus validation images (shared by every family). ``instances``: COCO-format data with
     each object's mask (a family that segments asks for them)."""
-    datasets = _coco_datasets(config, data_root, instances) if config.dataset == "coco" \
-        else _voc_datasets(config, data_root)
+    if config.dataset == "coco":
+        datasets = _coco_datasets(config, data_root, instances)
+    elif config.dataset == "manifest":
+        from detector_training.data.manifest import manifest_datasets
+
+        datasets = manifest_datasets(config, data_root)
+    else:
+        datasets = _voc_datasets(config, data_root)
     if config.val_fraction > 0:
         datasets = carve_validation(datasets, config.val_fraction, config.seed)
     if config.final_fit:

@@ -40,7 +40,7 @@ FAMILY_NETWORKS = {
 }
 NETWORKS = tuple(n for names in FAMILY_NETWORKS.values() for n in names)
 FPN_NETWORKS = tuple(n for n in NETWORKS if "_fpn_" in n)
-DATASETS = ("voc", "coco", "custom")
+DATASETS = ("voc", "coco", "custom", "manifest")
 KV_STORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
 
 # Hyperparameters the launcher owns (how many processes, MPI options), not training settings.
@@ -66,6 +66,8 @@ PRESETS = {
     "coco": dict(epochs=26, lr=0.01, lr_decay_epoch=(17, 23), lr_warmup=1000, wd=1e-4,
                  lr_base_batch_size=8, train_splits=COCO_SPLITS, val_splits=COCO_VAL_SPLITS),
 }
+# A Ground Truth manifest is a custom dataset in another format (its splits are channels).
+PRESETS["manifest"] = PRESETS["custom"]
 # GluonCV's train_yolo3.py (its published models: global batch 64, 200 epochs on VOC with decay at
 # 160,180 and 4 warm-up epochs, about 1000 iterations; 280 on COCO with decay at 220,250).
 _YOLO_VOC = dict(epochs=200, lr=0.001, lr_decay_epoch=(160, 180), lr_warmup=1000, wd=5e-4,
@@ -77,7 +79,7 @@ FAMILY_PRESETS = {
     # decay on biases (no_wd also spares BatchNorm's beta and gamma).
     "mask_rcnn": {"coco": dict(batch_size=8, lr=0.01, lr_base_batch_size=8, lr_decay_epoch=(17, 23),
                                epochs=26, lr_warmup=1000, wd=1e-4, no_wd=True)},
-    "yolo3": {"voc": _YOLO_VOC, "custom": _YOLO_VOC,
+    "yolo3": {"voc": _YOLO_VOC, "custom": _YOLO_VOC, "manifest": _YOLO_VOC,
               "coco": dict(_YOLO_VOC, epochs=280, lr_decay_epoch=(220, 250), lr_warmup=3600)},
 }
 # Datasets a family can train on (others: all). Mask R-CNN needs instance masks: COCO-format
@@ -272,19 +274,31 @@ class TrainConfig:
                       "Base network name (GluonCV model zoo name).")
     dataset: str = hp("voc", choice(DATASETS),
                       "voc (Pascal VOC, 20 classes), coco (COCO-format JSON, its own categories), "
-                      "or custom (VOC layout, own classes).")
+                      "custom (VOC layout, own classes), or manifest (a Ground Truth "
+                      "object-detection manifest; found by itself when 'dataset' is not set and "
+                      "the train channel holds one).")
     classes: Tuple[str, ...] = hp((), parse_str_list,
-                                  "custom and coco: the classes to train; empty means all of those "
-                                  "in the training annotations (coco: the training JSON's "
-                                  "categories).")
+                                  "custom, coco and manifest: the classes to train; empty means "
+                                  "all of those in the training annotations (coco: the training "
+                                  "JSON's categories; manifest: the class maps'). A manifest "
+                                  "without class maps (Pipe mode without the metadata attribute): "
+                                  "the names of class ids 0, 1, ...")
+    label_attribute: str = hp("", parse_str,
+                              "manifest: the label attribute holding the boxes (Ground Truth names "
+                              "it after the labelling job); empty: the one whose metadata says "
+                              "object detection, adjusted-<name> preferred.")
+    skip_empty: bool = hp(True, parse_bool,
+                          "Leave out training images without boxes (GluonCV's default); false "
+                          "trains them as negatives. Validation keeps them. The count is logged.")
     train_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
                                                  "Training splits, e.g. 2007_trainval,2012_trainval.")
     val_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
                                                "Validation splits, e.g. 2007_test.")
     val_fraction: float = hp(0.0, check(parse_float, lambda v: 0 <= v <= 0.5, "a number in [0, 0.5]"),
-                             "voc/custom: carve this share of the training images (seeded by "
-                             "seed) as the validation split instead of val_splits; 0: use "
-                             "val_splits.")
+                             "voc/custom/manifest: carve this share of the training images "
+                             "(seeded by seed) as the validation split instead of val_splits "
+                             "(manifest: the validation channel); 0: use val_splits (manifest: "
+                             "the validation channel, else carve 0.1).")
     final_fit: bool = hp(False, parse_bool,
                          "Train on the training and validation images together (a final fit "
                          "after tuning); validation still runs, on seen images.")
@@ -506,8 +520,13 @@ def validate(config):
         problems.append("classes is only used with dataset=custom or coco (dataset=voc has its 20 "
                         "classes)")
     if config.dataset not in FAMILY_DATASETS.get(config.family, DATASETS):
-        problems.append("network=%s trains on dataset=%s only, not dataset=%s" % (
-            config.network, " or ".join(FAMILY_DATASETS[config.family]), config.dataset))
+        problems.append("network=%s trains on dataset=%s only, not dataset=%s%s" % (
+            config.network, " or ".join(FAMILY_DATASETS[config.family]), config.dataset,
+            " (a Mask R-CNN needs every object's mask; a Ground Truth bounding-box manifest has "
+            "boxes only: train a faster_rcnn_* or yolo3_* network on it)"
+            if config.dataset == "manifest" else ""))
+    if config.label_attribute and config.dataset != "manifest":
+        problems.append("label_attribute is only used with dataset=manifest")
     if config.dataset == "coco" and len(config.val_splits or ()) > 1:
         problems.append("val_splits=%s: COCO validation reads one annotation file; name one split"
                         % ",".join(config.val_splits))
