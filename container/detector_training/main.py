@@ -219,9 +219,13 @@ def data_root(config, env, world):
     acquired once per host."""
     if config.dataset == "coco":
         return env.require_coco_dir()
-    if config.dataset == "manifest":
-        return env.paths.channels_dir
     from detector_training.data.sources import FetchOptions
+
+    if config.dataset == "manifest":
+        from detector_training.data.pipe_mode import manifest_root
+
+        options = FetchOptions.from_environ(env.environ)
+        return manifest_root(config, env, world, options.wait_timeout_s, options.poll_s)
     from detector_training.data.voc_fetch import acquire_voc
 
     return acquire_voc(config, env, world, env.work_dir, FetchOptions.from_environ(env.environ))
