@@ -201,9 +201,12 @@ def test_missing_channels_say_which_to_give(tmp_path):
         manifest.manifest_datasets(config, str(tmp_path))
 
 
-def test_a_mask_rcnn_on_a_manifest_says_it_needs_masks():
-    from detector_training.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="needs every object's mask.*boxes only"):
-        from_hyperparameters({"dataset": "manifest", "network": "mask_rcnn_fpn_resnet18_v1b_coco"})
-
+def test_a_manifest_is_found_in_the_train_channel_or_a_pipe_mode_record_channel(tmp_path):
+    assert not manifest.channels_hold_manifest(str(tmp_path), {})
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "VOCtrainval_06-Nov-2007.tar").write_bytes(b"")
+    assert not manifest.channels_hold_manifest(str(tmp_path), {"train": gt.FILE_CHANNEL})
+    assert manifest.channels_hold_manifest(str(tmp_path), {"train": gt.PIPE_CHANNEL})
+    (tmp_path / "train" / "output.manifest").write_text("")
+    assert manifest.channels_hold_manifest(str(tmp_path), {})

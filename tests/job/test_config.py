@@ -147,3 +147,19 @@ def test_failure_text_is_short():
         build(**{"bad_%d" % i: "x" * 200 for i in range(50)})
     assert len(err.value.failure_text()) <= 1000
     assert err.value.failure_text().startswith("ConfigError:")
+
+
+def test_a_manifest_dataset_takes_the_custom_preset_and_its_own_fields():
+    c = build(dataset="manifest", label_attribute="my-job", classes="dog,bone", skip_empty="false")
+    assert (c.epochs, c.lr, c.lr_decay_epoch) == (20, pytest.approx(0.001), (14, 20))
+    assert (c.label_attribute, c.classes, c.skip_empty) == ("my-job", ("dog", "bone"), False)
+    assert build().skip_empty is True  # GluonCV's readers leave images without objects out
+    assert build(dataset="manifest", network="yolo3_mobilenet0.25_custom").epochs == 200
+
+
+def test_label_attribute_belongs_to_manifests_and_mask_rcnn_needs_masks():
+    with pytest.raises(ConfigError, match="label_attribute is only used with dataset=manifest"):
+        build(dataset="custom", label_attribute="my-job")
+    with pytest.raises(ConfigError, match="needs every object's mask; a Ground Truth bounding-box "
+                                          "manifest has boxes only"):
+        build(dataset="manifest", network="mask_rcnn_fpn_resnet18_v1b_coco")
