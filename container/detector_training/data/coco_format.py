@@ -243,8 +243,11 @@ def coco_instance_class():
             """(boxes with class ids as float32 rows, polygons per object) of one image, GluonCV's
             rules: crowd and ignored objects, and boxes under 2x2 pixels or area <= min_object_area
             are left out. None (image left out) when nothing is left and empty images are skipped;
-            (None, None) when they are kept (validation: GluonCV's val transform drops labels)."""
+            when they are kept, a negative: the placeholder row and one polygon of no area (the
+            training transform makes a mask per row; KeepNegatives clears its targets)."""
             import numpy as np
+
+            from detector_training.data.datasets import negative_label
 
             width, height = entry["width"], entry["height"]
             boxes, segms = [], []
@@ -264,7 +267,7 @@ def coco_instance_class():
                 boxes.append([x1, y1, x2, y2, self.json_id_to_contiguous[ann["category_id"]]])
                 segms.append(rings)
             if not boxes:
-                return None if self._skip_empty else (None, None)
+                return None if self._skip_empty else (negative_label(), [[np.zeros((3, 2), "float32")]])
             return np.asarray(boxes, dtype="float32"), segms
 
     return CocoFormatInstance

@@ -159,11 +159,54 @@ def voc_aspect_ratios(items):
     return ratios
 
 
+def negative_label(columns=5):
+    """The label of an image without boxes (a negative): the one placeholder row GluonCV's COCO
+    reader gives such an image (``skip_empty=False``), which its metrics and padding ignore."""
+    return np.full((1, columns), -1.0, dtype="float32")
+
+
+def is_negative(label):
+    """Whether a label has no box (only placeholder rows, or none)."""
+    return label is None or len(label) == 0 or bool((np.asarray(label)[:, 4] < 0).all())
+
+
+def log_empty(what, empty, total, skip_empty):
+    """Say how many images have no box, and what became of them."""
+    if empty:
+        logging.getLogger("detector_training").info(
+            "%s: %d of %d images have no box of the trained classes: %s", what, empty, total,
+            "left out (skip_empty=true)" if skip_empty else "kept as negatives")
+
+
+class KeepNegatives:
+    """A family's training transform for data that holds negatives. GluonCV's transforms move a
+    placeholder row like a box (a flip or an expansion makes it a valid-looking box of no size),
+    and its target generators then match anchors to it. So the placeholder never reaches them
+    beside real boxes (mixup joins both), and a negative's targets are cleared after the
+    transform by ``clear(outputs)``: nothing to find in that image."""
+
+    def __init__(self, transform, clear):
+        self._transform = transform
+        self._clear = clear
+
+    def __call__(self, src, label, *rest):
+        real = np.asarray(label)[:, 4] >= 0
+        if real.any():
+            if not real.all():  # a mixup of a negative with a positive
+                rest = tuple([part[i] for i in np.flatnonzero(real)] for part in rest)
+                label = label[real]
+            return self._transform(src, label, *rest)
+        outputs = self._transform(src, label, *rest)
+        self._clear(outputs)
+        return outputs
+
+
 class SubsetDataset:
-    """The items of ``base`` at ``indices`` (images that have at least one object to learn).
+    """The items of ``base`` at ``indices``.
 
     A sample that cannot be read becomes a DataError naming the image file, instead of a bare
-    decoder error from deep inside a data-loader worker."""
+    decoder error from deep inside a data-loader worker. An image without boxes (GluonCV's VOC
+    reader gives it an empty label) gets the placeholder row of :func:`negative_label`."""
 
     def __init__(self, base, indices, image_paths,
                  fix="replace or remove the file and its entry in ImageSets/Main."):
@@ -177,11 +220,14 @@ class SubsetDataset:
 
     def __getitem__(self, idx):
         try:
-            return self._base[self._indices[idx]]
+            item = self._base[self._indices[idx]]
         except Exception as exc:  # any reader failure: say which file
             raise DataError("cannot read training/validation image %s (%s: %s)."
                             % (self._paths[idx], type(exc).__name__, str(exc).splitlines()[0][:200]),
                             self._fix) from exc
+        if isinstance(item[1], np.ndarray) and not item[1].size:
+            item = (item[0], negative_label()) + tuple(item[2:])
+        return item
 
     @property
     def classes(self):
@@ -226,25 +272,23 @@ class ConcatDataset:
         return mx.gluon.data.SimpleDataset(self).transform(fn, lazy)
 
 
-def _voc_dataset(devkit, splits, classes, what):
+def _voc_dataset(devkit, splits, classes, what, skip_empty):
     """GluonCV's VOC reader for ``classes``; images without any object of those classes (GluonCV
-    skips other class names) are left out, since they have nothing to train or score."""
+    skips other class names) are left out with ``skip_empty``, else kept as negatives."""
     from gluoncv.data import VOCDetection
 
     cls = VOCDetection
     if tuple(classes) != tuple(VOCDetection.CLASSES):
         cls = type("CustomVOCDetection", (VOCDetection,), {"CLASSES": tuple(classes)})
     dataset = cls(root=devkit, splits=splits)
-    keep = [i for i in range(len(dataset)) if len(dataset._label_cache[i])]  # pylint: disable=protected-access
-    if not keep:
+    with_objects = [i for i in range(len(dataset)) if len(dataset._label_cache[i])]  # pylint: disable=protected-access
+    if not with_objects:
         raise DataError("no %s image has an object of the classes %s (GluonCV reads names in "
                         "lower case)." % (what, ", ".join(classes)),
                         "name classes as they appear in the annotations, or leave 'classes' "
                         "empty to read them from the annotations.")
-    if len(keep) < len(dataset):
-        logging.getLogger("detector_training").warning(
-            "%s: %d of %d images have no object of the configured classes and are left out",
-            what, len(dataset) - len(keep), len(dataset))
+    log_empty(what, len(dataset) - len(with_objects), len(dataset), skip_empty)
+    keep = with_objects if skip_empty else list(range(len(dataset)))
     items = [dataset._items[i] for i in keep]  # pylint: disable=protected-access
     paths = [os.path.join(base, "JPEGImages", image_id + ".jpg") for base, image_id in items]
     return SubsetDataset(dataset, keep, paths), items
@@ -319,11 +363,11 @@ def _voc_datasets(config, data_root):
         classes = tuple(VOCDetection.CLASSES)
     else:
         classes = tuple(c.lower() for c in config.classes) or infer_voc_classes(devkit, train_splits)
-    train, train_items = _voc_dataset(devkit, train_splits, classes, "training")
+    train, train_items = _voc_dataset(devkit, train_splits, classes, "training", config.skip_empty)
     if not val_splits:
         return Datasets(train=train, val=None, classes=classes,
                         aspect_ratios=voc_aspect_ratios(train_items))
-    val, val_items = _voc_dataset(devkit, val_splits, classes, "validation")
+    val, val_items = _voc_dataset(devkit, val_splits, classes, "validation", config.skip_empty)
     return Datasets(train=train, val=val, classes=classes, aspect_ratios=voc_aspect_ratios(train_items),
                     val_aspect_ratios=voc_aspect_ratios(val_items))
 
@@ -339,11 +383,15 @@ def _coco_datasets(config, data_root, instances=False):
     root = find_coco_root(data_root, train_splits[0])
     cls = coco_instance_class() if instances else coco_dataset_class()
     # Crowd boxes are left out of training (the instance reader always leaves them out).
-    train = cls(root, train_splits, config.classes, **({} if instances else {"use_crowd": False}))
-    if not len(train):
+    train = cls(root, train_splits, config.classes, skip_empty=config.skip_empty,
+                **({} if instances else {"use_crowd": False}))
+    total = sum(len(coco.getImgIds()) for coco in train._coco)  # pylint: disable=protected-access
+    negatives = sum(1 for label in train._labels if is_negative(label))  # pylint: disable=protected-access
+    if len(train) == negatives:
         raise DataError("no training image in %s has an object of the classes %s."
                         % (",".join(train_splits), ", ".join(train.classes)),
                         "check the annotations, or choose other classes.")
+    log_empty("training", total - len(train) + negatives, total, config.skip_empty)
     val = cls(root, val_splits, train.classes, skip_empty=False)
     fix = "replace the file, or remove its entry from the split's JSON."
     return Datasets(train=SubsetDataset(train, range(len(train)), train._items, fix),  # pylint: disable=protected-access

@@ -20,13 +20,10 @@ family trains and validates on them unchanged.
 """
 
 import json
-import logging
 import os
 from dataclasses import dataclass
 
 from detector_training.errors import DataError
-
-LOG = logging.getLogger("detector_training")
 
 SOURCE_REF = "source-ref"
 METADATA_SUFFIX = "-metadata"
@@ -331,9 +328,8 @@ def match_images(entries, images_root):
 
 class ManifestDetection:
     """The images and boxes of a manifest as GluonCV's detection readers give them:
-    ``dataset[i]`` is ``(image NDArray HxWx3, label float32 rows [x1, y1, x2, y2, class])``. An
-    image without boxes (a negative) has the one row GluonCV's COCO reader gives such an image,
-    ``[-1, -1, -1, -1, -1]``, which the target generators ignore."""
+    ``dataset[i]`` is ``(image NDArray HxWx3, label float32 rows [x1, y1, x2, y2, class])``; an
+    image without boxes (a negative) has the placeholder row of ``datasets.negative_label``."""
 
     def __init__(self, paths, labels, classes):
         self._paths = list(paths)
@@ -357,8 +353,10 @@ def entry_label(entry, index):
     """The label rows of an entry's boxes of the trained classes (``index``: id -> class)."""
     import numpy as np
 
+    from detector_training.data.datasets import negative_label
+
     rows = [list(box[:4]) + [index[box[4]]] for box in entry.boxes if box[4] in index]
-    return np.asarray(rows or [[-1.0] * 5], dtype="float32")
+    return np.asarray(rows, dtype="float32") if rows else negative_label()
 
 
 def read_entries(channel_dir, named=""):
@@ -382,15 +380,13 @@ def manifest_dataset(entries, paths, index, classes, skip_empty, what):
     """A SubsetDataset of the entries with boxes of the trained classes, and those without when
     ``skip_empty`` is off (kept as negatives); the count of images without boxes is logged.
     Returns (dataset, aspect ratios)."""
-    from detector_training.data.datasets import SubsetDataset
+    from detector_training.data.datasets import SubsetDataset, is_negative, log_empty
 
     labels = [entry_label(entry, index) for entry in entries]
-    empty = {i for i, label in enumerate(labels) if label[0, 4] < 0}
+    empty = {i for i, label in enumerate(labels) if is_negative(label)}
     keep = [i for i in range(len(entries)) if not (skip_empty and i in empty)]
-    if empty:
-        LOG.info("%s: %d of %d images have no box of the trained classes: %s", what, len(empty),
-                 len(entries), "left out (skip_empty=true)" if skip_empty else "kept as negatives")
-    if not keep:
+    log_empty(what, len(empty), len(entries), skip_empty)
+    if len(empty) == len(entries):
         raise DataError("no %s image of the manifest has a box of the classes %s."
                         % (what, ", ".join(classes)),
                         "check the manifest's class ids, or set skip_empty=false.")
@@ -447,7 +443,7 @@ def manifest_datasets(config, root):
     datasets = Datasets(train=train, val=None, classes=classes, aspect_ratios=ratios)
     if val_entries:
         val, val_ratios = manifest_dataset(val_entries, match_images(val_entries, images), index,
-                                           classes, False, "validation")
+                                           classes, config.skip_empty, "validation")
         return Datasets(train=train, val=val, classes=classes, aspect_ratios=ratios,
                         val_aspect_ratios=val_ratios)
     if config.val_fraction > 0:

@@ -11,7 +11,7 @@ import logging
 
 from detector_training.core.evaluation import detect_boxes, score_boxes
 from detector_training.core.networks import build_zoo_network
-from detector_training.data.datasets import shard_loader, val_shard_loader
+from detector_training.data.datasets import KeepNegatives, shard_loader, val_shard_loader
 from detector_training.errors import ConfigError
 from detector_training.families.base import DetectorFamily
 
@@ -61,8 +61,9 @@ class FasterRCNN(DetectorFamily):
     def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
         train_transform, batchify, _, _ = self.presets()
         short, _, max_size = self.image_sizes(config, net)
-        transform = train_transform(short if len(short) > 1 else short[0], max_size, net,
-                                    ashape=net.ashape, multi_stage=config.use_fpn)
+        transform = KeepNegatives(train_transform(short if len(short) > 1 else short[0], max_size,
+                                                  net, ashape=net.ashape, multi_stage=config.use_fpn),
+                                  clear_label)
         return shard_loader(config, datasets, world, per_rank_batch, steps, transform,
                             batchify(net, 1), num_workers)
 
@@ -103,6 +104,13 @@ class FasterRCNN(DetectorFamily):
         _, short, max_size = self.image_sizes(config, net)
         net(mx.nd.zeros((1, 3, short, min(max_size, int(short * 4 / 3)))))
         net.export(prefix, epoch=0)
+
+
+def clear_label(outputs):
+    """A negative's training sample (image, label, RPN targets...): the label's placeholder row,
+    which the transform moved (a flip makes it a box of no size), is a placeholder again, so the
+    R-CNN sampler never takes it for an object; the RPN's targets already say 'background'."""
+    outputs[1][:] = -1
 
 
 def faster_rcnn_resnet18_v1b_voc(pretrained_base=True, per_device_batch_size=1, **kwargs):

@@ -101,8 +101,10 @@ class MaskRCNNStep(FasterRCNNStep):
 
             mask_targets, mask_masks = self.net.mask_target(
                 positives(roi), gt_mask, positives(matches), positives(cls_targets))
+            # Averaged over the mask pixels trained; a batch of negatives trains none (GluonCV's
+            # script divides by their count, 0, and its loss becomes NaN).
             mask_loss = self.rcnn_mask_loss(mask_pred, mask_targets, mask_masks) \
-                * mask_targets.size / mask_masks.sum()
+                * mask_targets.size / mx.nd.maximum(mask_masks.sum(), 1)
             self.backward(losses + [mask_loss])
         self.add_box_metrics(sums, losses, outputs, rpn_targets, rcnn_targets)
         sums.add("rcnn_mask_loss", mask_loss.mean() * self.mix_ratio, 1)

@@ -19,7 +19,7 @@ import numpy as np
 
 from detector_training.core.evaluation import score_boxes
 from detector_training.core.networks import build_zoo_network
-from detector_training.data.datasets import shard_loader, val_shard_loader
+from detector_training.data.datasets import KeepNegatives, shard_loader, val_shard_loader
 from detector_training.errors import ConfigError
 from detector_training.families.base import DetectorFamily
 
@@ -85,7 +85,8 @@ class YOLOv3(DetectorFamily):
         # The transform runs the network once per size to learn its anchors and feature-map
         # shapes; a CPU copy does that, so the training network is never moved.
         cpu_net = self.build_network(config, datasets.classes, 1, False, None, mx.cpu())
-        transforms = [YOLO3DefaultTrainTransform(s, s, cpu_net, mixup=config.mixup) for s in sizes]
+        transforms = [KeepNegatives(YOLO3DefaultTrainTransform(s, s, cpu_net, mixup=config.mixup),
+                                    clear_targets) for s in sizes]
         batchify = Tuple(*([Stack() for _ in range(6)] + [Pad(axis=0, pad_val=-1)]))
         if len(transforms) == 1:
             transforms = transforms[0]
@@ -128,6 +129,17 @@ class YOLOv3(DetectorFamily):
         _, size, _ = self.image_sizes(config, net)
         net(mx.nd.zeros((1, 3, size, size)))
         net.export(prefix, epoch=0)
+
+
+def clear_targets(outputs):
+    """A negative's training sample (image, objectness, center, scale, weights, class targets,
+    boxes): no object anywhere. GluonCV's random expansion moves the placeholder row to valid
+    coordinates, and its target generator then gives it an anchor."""
+    _image, objectness, center, scale, weights, class_targets, boxes = outputs
+    for target in (objectness, center, scale, weights):
+        target[:] = 0
+    class_targets[:] = -1
+    boxes[:] = -1
 
 
 class YOLOValTransform:

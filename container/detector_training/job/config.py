@@ -288,8 +288,9 @@ class TrainConfig:
                               "it after the labelling job); empty: the one whose metadata says "
                               "object detection, adjusted-<name> preferred.")
     skip_empty: bool = hp(True, parse_bool,
-                          "Leave out training images without boxes (GluonCV's default); false "
-                          "trains them as negatives. Validation keeps them. The count is logged.")
+                          "Leave out images without boxes (GluonCV's default; COCO validation "
+                          "keeps them all); false trains and validates them as negatives, in "
+                          "every format. The count is logged.")
     train_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
                                                  "Training splits, e.g. 2007_trainval,2012_trainval.")
     val_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
