@@ -5,9 +5,10 @@
                  hyperparameters={"epochs": 20}, inputs={"voc": "s3://bucket/voc/"})
 """
 
-from .job import (JobSpec, LaunchError, build_estimator, hyperparameters_for, launch, processes_per_host)
+from .job import (JobSpec, LaunchError, build_estimator, hyperparameters_for, launch, manifest_inputs,
+                  processes_per_host)
 from .results import download_model, summary
 from .tuning import build_tuner
 
-__all__ = ["JobSpec", "LaunchError", "build_estimator", "hyperparameters_for", "launch",
+__all__ = ["JobSpec", "LaunchError", "build_estimator", "hyperparameters_for", "launch", "manifest_inputs",
            "processes_per_host", "build_tuner", "download_model", "summary"]

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from .job import JobSpec, LaunchError, launch
+from .job import JobSpec, LaunchError, launch, manifest_inputs
 
 
 def _pairs(items, what):
@@ -30,6 +30,12 @@ def main(argv=None):
     parser.add_argument("--instance-count", type=int, default=1)
     parser.add_argument("--input", action="append", default=[], metavar="CHANNEL=URI",
                         help="input channel (voc, pretrained, model); repeatable")
+    parser.add_argument("--manifest", action="append", default=[], metavar="CHANNEL=S3_URI",
+                        help="a Ground Truth manifest as a Pipe-mode augmented-manifest channel "
+                             "(train, validation), as the built-in algorithm takes it; repeatable")
+    parser.add_argument("--label-attribute", help="the manifest's label attribute (with --manifest)")
+    parser.add_argument("--without-metadata", action="store_true",
+                        help="do not send '<attribute>-metadata' (then --hp classes=... names them)")
     parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="hyperparameter; repeatable")
     parser.add_argument("--volume-size", type=int, default=100)
     parser.add_argument("--max-run", type=int, default=5 * 24 * 3600)
@@ -49,7 +55,11 @@ def main(argv=None):
             checkpoint_s3_uri=args.checkpoint_s3_uri, use_spot_instances=args.spot,
             max_wait=args.max_wait, processes_per_host=args.processes_per_host,
             tags=[{"Key": k, "Value": v} for k, v in _pairs(args.tag, "--tag").items()])
-        estimator = launch(spec, _pairs(args.input, "--input"), wait=not args.no_wait)
+        inputs = _pairs(args.input, "--input")
+        if args.manifest:
+            inputs.update(manifest_inputs(_pairs(args.manifest, "--manifest"), args.label_attribute,
+                                          with_metadata=not args.without_metadata))
+        estimator = launch(spec, inputs, wait=not args.no_wait)
     except LaunchError as exc:
         print("detector-launch: %s" % exc, file=sys.stderr)
         return 2

@@ -139,16 +139,61 @@ def build_estimator(spec, session=None):
     return Estimator(**kwargs)
 
 
+AUGMENTED_MANIFEST = "AugmentedManifestFile"
+
+
+def manifest_inputs(manifests, attribute, with_metadata=True):
+    """Channels for Ground Truth manifests, sent as a built-in-algorithm job sends them: Pipe
+    mode, ``AugmentedManifestFile``, RecordIO records of ``AttributeNames`` ["source-ref",
+    ``attribute``, ``attribute``-metadata] (the metadata's class maps name the classes; without
+    it the job needs the ``classes`` hyperparameter). ``manifests``: channel ('train',
+    'validation') -> the manifest's S3 URI. Returns channel -> TrainingInput for :func:`launch`."""
+    from sagemaker.inputs import TrainingInput
+
+    if not attribute or attribute == "source-ref":
+        raise LaunchError("name the manifest's label attribute (Ground Truth names it after the "
+                          "labelling job; it holds the boxes), e.g. attribute='my-labelling-job'.")
+    names = ["source-ref", attribute] + ([attribute + "-metadata"] if with_metadata else [])
+    channels = {}
+    for channel, uri in manifests.items():
+        if not str(uri).startswith("s3://"):
+            raise LaunchError("manifest %s=%s: an augmented manifest channel needs an s3:// URI "
+                              "(local mode sends every channel as files: give it a File-mode "
+                              "'train' folder with the manifest and an 'images' channel)."
+                              % (channel, uri))
+        channels[channel] = TrainingInput(
+            uri, distribution="FullyReplicated", content_type="application/x-recordio",
+            s3_data_type=AUGMENTED_MANIFEST, attribute_names=names, input_mode="Pipe",
+            record_wrapping="RecordIO")
+    return channels
+
+
+def _check_manifest_classes(spec, inputs):
+    """A manifest sent without its metadata attribute names no classes: 'classes' must."""
+    for channel, value in inputs.items():
+        config = getattr(value, "config", {})
+        source = config.get("DataSource", {}).get("S3DataSource", {})
+        names = source.get("AttributeNames") or []
+        if source.get("S3DataType") == AUGMENTED_MANIFEST and not any(
+                n.endswith("-metadata") for n in names) and not spec.hyperparameters.get("classes"):
+            raise LaunchError("channel %s sends the manifest without its '<attribute>-metadata', "
+                              "so nothing names the classes: set the hyperparameter classes "
+                              "(names in class-id order), or send the metadata." % channel)
+
+
 def launch(spec, inputs, wait=True, logs=True, session=None):
     """Build the estimator and start the job. ``inputs``: channel name -> S3 or file:// URI
-    (``voc``, ``coco``, ``train``; optional ``pretrained`` and ``model``). Returns the estimator."""
+    (``voc``, ``coco``, ``train``; optional ``pretrained`` and ``model``), or the TrainingInputs
+    of :func:`manifest_inputs`. Returns the estimator."""
     if not inputs and not spec.hyperparameters.get("data_s3_uri"):
         raise LaunchError(
             "no input channels and no data_s3_uri: the job would have no data. Pass a data channel: "
             "{'voc': 's3://.../'} (the three VOC tars or an extracted VOCdevkit), {'coco': "
             "'s3://.../'} (COCO-format data, with dataset=coco) or {'train': 's3://.../'} (your own "
-            "VOC-format data, with dataset=custom); file:// URIs in local mode. Or set the "
-            "hyperparameter data_s3_uri to where the VOC tars are.")
+            "VOC-format data, with dataset=custom, or a Ground Truth manifest: manifest_inputs); "
+            "file:// URIs in local mode. Or set the hyperparameter data_s3_uri to where the VOC "
+            "tars are.")
+    _check_manifest_classes(spec, inputs or {})
     estimator = build_estimator(spec, session)
     estimator.fit(inputs or None, wait=wait, logs="All" if (logs and wait) else "None")
     return estimator

@@ -128,3 +128,45 @@ def test_a_job_without_data_is_refused_and_told_the_channels():
                    output_path="s3://detector-test-bucket/out/",
                    hyperparameters={"data_s3_uri": "s3://b/voc/"}), {}, wait=False, session=session)
     assert captured["HyperParameters"]["data_s3_uri"] == "s3://b/voc/"
+
+
+def test_a_manifest_channel_is_sent_as_a_built_in_algorithm_job_sends_it():
+    from sagemaker_launch import manifest_inputs
+
+    session, captured, stubber = stubbed_session()
+    inputs = manifest_inputs({"train": "s3://labels/job/manifests/output/output.manifest",
+                              "validation": "s3://labels/job/val.manifest"}, "shapes-job")
+    launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge",
+                   output_path="s3://detector-test-bucket/out/"), inputs, wait=False, session=session)
+    stubber.assert_no_pending_responses()  # botocore checked the request against its model
+    channels = {c["ChannelName"]: c for c in captured["InputDataConfig"]}
+    assert channels["train"] == {
+        "ChannelName": "train", "InputMode": "Pipe", "RecordWrapperType": "RecordIO",
+        "ContentType": "application/x-recordio",
+        "DataSource": {"S3DataSource": {
+            "S3DataType": "AugmentedManifestFile",
+            "S3Uri": "s3://labels/job/manifests/output/output.manifest",
+            "S3DataDistributionType": "FullyReplicated",
+            "AttributeNames": ["source-ref", "shapes-job", "shapes-job-metadata"]}}}
+    assert channels["validation"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://labels/job/val.manifest"
+
+
+def test_a_manifest_without_its_metadata_needs_the_classes(capsys):
+    from sagemaker_launch import manifest_inputs
+    from sagemaker_launch.cli import main
+
+    inputs = manifest_inputs({"train": "s3://labels/out.manifest"}, "boxes", with_metadata=False)
+    assert inputs["train"].config["DataSource"]["S3DataSource"]["AttributeNames"] == ["source-ref", "boxes"]
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge")
+    session, captured, _ = stubbed_session()
+    with pytest.raises(LaunchError, match="set the hyperparameter classes"):
+        launch(spec, inputs, wait=False, session=session)
+    assert captured == {}
+    code = main(["--image", IMAGE, "--role", ROLE, "--instance-type", "ml.g5.xlarge",
+                 "--manifest", "train=s3://labels/out.manifest", "--label-attribute", "boxes",
+                 "--without-metadata"])
+    assert code == 2 and "classes" in capsys.readouterr().err
+    with pytest.raises(LaunchError, match="label attribute"):
+        manifest_inputs({"train": "s3://labels/out.manifest"}, "")
+    with pytest.raises(LaunchError, match="needs an s3:// URI"):
+        manifest_inputs({"train": "file:///data/out.manifest"}, "boxes")
