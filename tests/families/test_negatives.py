@@ -137,3 +137,22 @@ def test_a_negative_reaches_a_training_step_with_finite_losses(roots, fmt, netwo
     mixed, _ = negative_batch_losses(roots[fmt], fmt, network, with_positive=True)
     assert all(np.isfinite(v) for v in mixed.values()) and any(
         mixed[name] > 0 for name in POSITIVE_ONLY[family.name]), mixed
+
+
+def test_a_negatives_placeholder_stays_a_placeholder_through_the_rcnn_transform():
+    """GluonCV's transform scales and flips the placeholder row like a box; the R-CNN sampler
+    would then take it (its coordinates no longer sum below -1) for an object."""
+    from detector_training.data.datasets import KeepNegatives, negative_label
+    from detector_training.families.faster_rcnn import clear_label
+
+    c = config("manifest", FASTER)
+    family = families.get(c.network)
+    net = family.build_network(c, ("a", "b"), 1, False, None, mx.cpu())
+    train_transform = family.presets()[0]
+    transform = KeepNegatives(train_transform(128, 176, net, ashape=net.ashape), clear_label)
+    image = mx.nd.zeros((120, 160, 3), dtype="uint8")
+    for _ in range(8):
+        outputs = transform(image, negative_label())
+        assert (np.asarray(outputs[1]) == -1).all()
+        rpn_classes = outputs[2] if isinstance(outputs[2], list) else [outputs[2]]
+        assert all((np.asarray(t) <= 0).all() for t in rpn_classes)  # background or ignored: no object
