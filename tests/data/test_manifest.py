@@ -173,8 +173,10 @@ def test_without_a_validation_manifest_a_seeded_split_is_carved(tmp_path, caplog
     assert len(first.val) == 1 and len(first.train) == 8  # one negative left out, 10% carved
     assert "1 of 10 images have no box of the trained classes: left out (skip_empty=true)" in caplog.text
     assert [first.val[0][1].tolist()] == [again.val[0][1].tolist()]
+    kept = manifest.manifest_datasets(file_mode_config(skip_empty="false"), root)
     other_seed = manifest.manifest_datasets(file_mode_config(seed=7, skip_empty="false"), root)
-    assert len(other_seed.train) == 9
+    assert len(other_seed.train) == len(kept.train) == 9
+    assert other_seed.val[0][1].tolist() != kept.val[0][1].tolist()  # another image carved
 
 
 def test_an_image_that_does_not_decode_names_its_line(tmp_path):
