@@ -91,6 +91,14 @@ def test_a_line_that_is_not_a_json_object_is_named(tmp_path, text, message):
         list(manifest.read_lines(str(path), "output.manifest"))
 
 
+def test_a_line_longer_than_the_cap_is_refused_before_it_is_read_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(manifest, "MAX_LINE_BYTES", 4096)
+    path = tmp_path / "output.manifest"
+    path.write_bytes(json.dumps(good_record()).encode() + b"\n" + b"x" * 100000 + b"\xff")
+    with pytest.raises(DataError, match="line 2 is longer than 4096 bytes"):
+        list(manifest.read_lines(str(path), "output.manifest"))
+
+
 def test_one_id_with_two_names_names_both_lines():
     first, second = good_record(), good_record()
     second["boxes-metadata"]["class-map"] = {"5": "cube"}

@@ -1,7 +1,8 @@
 """Whole jobs on a Ground Truth bounding-box manifest (sparse class ids, an adjustment attribute,
 an image without boxes, a blank line): File mode with one rank through `train` and with two
-Horovod ranks; Pipe mode with two ranks on one host reading a real FIFO in SageMaker's RecordIO
-framing. The manifest's class names reach classes.json and the metric lines."""
+Horovod ranks, and a YOLOv3; Pipe mode with two ranks on one host reading a real FIFO in
+SageMaker's RecordIO framing. The manifest's class names reach classes.json and the metric
+lines."""
 
 import json
 import os
@@ -9,7 +10,8 @@ import re
 import subprocess
 
 import ground_truth as gt
-from conftest import BIN, TINY, run_horovod_job, ranks_finished, train_env, two_rank_job_finishes
+from conftest import (BIN, TINY, ranks_finished, run_horovod_job, run_rank_job, train_env,
+                      two_rank_job_finishes)
 
 from detector_training.job.metrics import definitions_for
 
@@ -18,8 +20,8 @@ MANIFEST = dict({k: v for k, v in TINY.items() if k not in ("dataset", "train_sp
                 epochs="1", batch_size="2", skip_empty="false")
 
 
-def check_job(base, out):
-    for definition in definitions_for("faster_rcnn"):
+def check_job(base, out, family="faster_rcnn"):
+    for definition in definitions_for(family):
         assert re.search(definition["Regex"], out), definition["Name"]
     assert "data: the train channel holds a Ground Truth manifest: dataset=manifest" in out
     assert re.search(r"training: 1 of \d+ images have no box of the trained classes: kept as "
@@ -38,6 +40,16 @@ def test_one_rank_trains_on_a_manifest_in_file_mode(job_dir):
     assert result.returncode == 0, out[-3000:] + result.stderr[-2000:]
     validation = check_job(base, out)
     assert validation["images"] == 3 and set(validation["per_class"]) == set(gt.CLASSES)
+
+
+def test_a_yolo_trains_on_a_manifest(job_dir):
+    base = str(job_dir)
+    yolo = dict(MANIFEST, network="yolo3_mobilenet0.25_voc", short="96", max_size="96",
+                lr="0.004", lr_warmup="4", clip_gradient="5")
+    gt.file_mode_job(base, yolo, count=8, validation=3)
+    result = run_rank_job(base)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert check_job(base, result.stdout, "yolo3")["images"] == 3
 
 
 def test_two_ranks_train_on_a_manifest_in_file_mode(job_dir):

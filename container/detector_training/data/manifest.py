@@ -85,8 +85,12 @@ def read_lines(path, label=None):
         raise DataError("cannot read the manifest %s (%s)." % (label, exc.strerror or exc),
                         "check the channel's files.") from None
     with handle:
-        for number, raw in enumerate(handle, 1):
+        # readline with a limit: a file without line breaks is never read whole into memory.
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), 1):
             where = "%s line %d" % (label, number)
+            if len(raw) > MAX_LINE_BYTES:
+                raise DataError("%s is longer than %d bytes; a manifest line holds one image's "
+                                "labels." % (where, MAX_LINE_BYTES), FIX_LINE)
             try:
                 text = raw.decode("utf-8").strip()
             except UnicodeDecodeError:
