@@ -138,3 +138,11 @@ def test_pipe_channels_are_found_by_config_or_by_their_fifo(tmp_path):
     found = pipe_mode.pipe_channels(str(tmp_path), {"train": gt.PIPE_CHANNEL, "images": gt.FILE_CHANNEL})
     assert found == {"train": str(tmp_path / "train_0"), "validation": str(tmp_path / "validation_0")}
     assert pipe_mode.pipe_channels(str(tmp_path / "none"), {"train": gt.FILE_CHANNEL}) == {}
+
+
+def test_a_manifest_sharded_across_hosts_is_refused():
+    sharded = dict(gt.PIPE_CHANNEL, S3DistributionType="ShardedByS3Key")
+    pipe_mode.check_replicated({"train": sharded}, ["algo-1"])  # one host sees it all
+    pipe_mode.check_replicated({"train": gt.PIPE_CHANNEL}, ["algo-1", "algo-2"])
+    with pytest.raises(DataError, match=r"channel\(s\) images, train are ShardedByS3Key across 2 hosts"):
+        pipe_mode.check_replicated({"train": sharded, "images": sharded}, ["algo-1", "algo-2"])

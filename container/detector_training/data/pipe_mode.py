@@ -188,9 +188,22 @@ def drain_key(fifos, attribute):
     return hashlib.sha1(payload.encode()).hexdigest()[:20]
 
 
+def check_replicated(input_data_config, hosts):
+    """Every host must see the whole manifest and every image: each rank samples its shard from
+    the same list. ShardedByS3Key gives each host a part of them."""
+    sharded = sorted(name for name in PIPE_CHANNELS + (manifest.IMAGES_CHANNEL,)
+                     if (input_data_config.get(name) or {}).get("S3DistributionType") == "ShardedByS3Key")
+    if sharded and len(hosts) > 1:
+        raise DataError("channel(s) %s are ShardedByS3Key across %d hosts, so each host would see "
+                        "another part of the manifest." % (", ".join(sharded), len(hosts)),
+                        "send the manifest and images channels FullyReplicated (the ranks shard "
+                        "the images among themselves).")
+
+
 def manifest_root(config, env, world, wait_timeout_s, poll_s=1.0):
     """The folder the manifest reader reads: the channels themselves in File mode; in Pipe mode
     the copy that local rank 0 of this host drains from the FIFOs (the other ranks wait for it)."""
+    check_replicated(env.input_data_config, env.hosts)
     fifos = pipe_channels(env.paths.channels_dir, env.input_data_config)
     if not fifos:
         return env.paths.channels_dir
