@@ -47,7 +47,7 @@ PRESETS = {
 
 
 def preset_for(network, dataset):
-    """The defaults a job starts from: the dataset's, then the network's family's for that dataset."""
+    """The defaults a job starts from: the dataset's, then its network's family's for it."""
     preset = dict(PRESETS[dataset], no_wd=False)
     preset.update(families.get(network).presets.get(dataset, {}))
     return preset
