@@ -114,7 +114,7 @@ def negative_batch_losses(root, fmt, network, with_positive):
     batch = data.first_batch()
     family.materialize(net, batch, mx.cpu())
     sums = MetricSums()
-    family.make_step(net, c, mx.cpu())(batch, sums)
+    sums.add_step(family.make_step(net, c, mx.cpu())(batch))
     return MetricSums.values_from_flat(family.loss_names, sums.flat(family.loss_names)), batch
 
 
@@ -148,7 +148,7 @@ def test_a_negatives_placeholder_stays_a_placeholder_through_the_rcnn_transform(
     c = config("manifest", FASTER)
     family = families.get(c.network)
     net = family.build_network(c, ("a", "b"), 1, False, None, mx.cpu())
-    train_transform = family.presets()[0]
+    train_transform = family.transforms()[0]
     transform = KeepNegatives(train_transform(128, 176, net, ashape=net.ashape), clear_label)
     image = mx.nd.zeros((120, 160, 3), dtype="uint8")
     for _ in range(8):
