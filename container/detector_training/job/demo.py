@@ -5,9 +5,6 @@ one rank, through mpirun for ``processes_per_host`` > 1."""
 import argparse
 import json
 import os
-import sys
-
-from detector_training.job.launcher import main as train_main
 
 
 # CPU-sized defaults for `make run`: the small network, small images, a few minutes on 2 cores.
@@ -100,7 +97,9 @@ def prepare_run_tree(base, hyperparameters, n_train=RUN_IMAGES["n_train"], n_tes
     return base
 
 
-def run_cli(argv=None):
+def run_cli(train, argv=None):
+    """``detector-run``: prepare the tree, run ``train()`` (the container's ``train``, wired by
+    detector_training.commands) on it; the exit code."""
     parser = argparse.ArgumentParser(
         description="Generate a small dataset (VOC-format; COCO-format with dataset=coco or a "
                     "mask_rcnn_* network) and run the training job on it (CPU).")
@@ -112,11 +111,11 @@ def run_cli(argv=None):
     base = os.path.abspath(args.output)
     prepare_run_tree(base, hyperparameters, **FAMILY_RUN_IMAGES.get(_family(hyperparameters), RUN_IMAGES))
     os.environ["SAGEMAKER_BASE_DIR"] = base  # where `train` reads the job
-    code = train_main()
+    code = train()
     model_dir = os.path.join(base, "model")
     if code == 0:
         print("model directory: %s" % model_dir)
         print("files: %s" % ", ".join(sorted(os.listdir(model_dir))))
     else:
         print("job failed; reason in %s" % os.path.join(base, "output", "failure"))
-    sys.exit(code)
+    return code
