@@ -10,6 +10,7 @@ import os
 import mxnet as mx
 import numpy as np
 import pytest
+from conftest import make_backbone_file
 from detector_training import families
 from detector_training.job.config import NETWORKS, from_hyperparameters
 from detector_training.core.distributed import SingleProcess
@@ -133,20 +134,6 @@ def test_images_too_small_for_the_sampled_regions_stop_with_the_smallest_size_th
                                    "pretrained_base": "false", "train_splits": "2007_trainval",
                                    "short": str(size), "max_size": str(max(48, size))})
     fit_proposals_to_images(net, bigger, datasets)  # the size it names works
-
-
-def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):
-    """Backbone weights made by the test itself (no download)."""
-    from gluoncv.model_zoo.resnetv1b import resnet18_v1b
-
-    base = resnet18_v1b(pretrained=False)
-    # He-scaled like trained weights: with BatchNorm frozen (pretrained_base) at its initial
-    # statistics, Normal(0.5) blew activations up ~10x per layer, and a job on them diverged.
-    base.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
-    base(mx.nd.zeros((1, 3, 32, 32)))
-    path = os.path.join(directory, name)
-    base.save_parameters(path)
-    return path, base
 
 
 def test_local_weight_file_lookup(tmp_path):

@@ -289,7 +289,7 @@ def _blocks(block):
 @pytest.mark.parametrize("network", ["mask_rcnn_fpn_resnet18_v1b_coco", "mask_rcnn_resnet18_v1b_coco"])
 def test_batchnorm_learns_its_statistics_from_scratch_and_stays_frozen_on_imagenet_weights(
         tmp_path, network):
-    from test_model import make_backbone_file
+    from conftest import make_backbone_file
 
     scratch = families.build_network(config(network=network), ("a",), 1, False, None, mx.cpu())
     flags = batchnorm_global_stats(scratch)
