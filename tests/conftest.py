@@ -35,7 +35,7 @@ def make_job(base, hyperparameters, n_train=8, n_test=4, seed=0):
 
 
 def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):
-    """Backbone weights made by the test itself (no download)."""
+    """Backbone weights made by the test itself (no download): (path, the network)."""
     import mxnet as mx
     from gluoncv.model_zoo.resnetv1b import resnet18_v1b
 

@@ -52,13 +52,12 @@ class FitStep:
         self.net = net
         self.mix_ratio = 1.0
 
-    def __call__(self, batch, sums):
+    def __call__(self, batch):
         x = mx.nd.array([[batch]])
         with autograd.record():
             loss = ((self.net(x) - 2 * x) ** 2).mean()
         loss.backward()
-        sums.add("fit_loss", loss.sum(), 1)
-        return 1
+        return {"fit_loss": loss}
 
 
 class Net(mx.gluon.nn.Dense):
