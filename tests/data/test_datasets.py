@@ -1,7 +1,6 @@
 import itertools
 import random
 
-import numpy as np
 import pytest
 
 from detector_training.data.datasets import (EqualStepsBatchSampler, build_datasets, infer_voc_classes,
@@ -147,16 +146,3 @@ def test_the_other_style_differs_from_the_demo_in_shapes_colours_and_sizes(tmp_p
             centre = img.getpixel((int((x0 + x1) / 2), int((y0 + y1) / 2)))
             assert min(sum(abs(a - b) for a, b in zip(centre, c)) for c in palette) < 40
 
-
-def test_beside_real_boxes_a_negatives_placeholder_never_reaches_the_transform():
-    """Mixup joins a negative's placeholder row to another image's boxes."""
-    from detector_training.data.datasets import KeepNegatives
-
-    seen, cleared = [], []
-    transform = KeepNegatives(lambda img, label, segm: seen.append((label.tolist(), segm)) or [img],
-                              cleared.append)
-    label = np.array([[1, 2, 3, 4, 0], [-1, -1, -1, -1, -1], [5, 6, 7, 8, 1]], dtype="float32")
-    transform("image", label, ["a", "placeholder", "b"])
-    assert seen == [([[1, 2, 3, 4, 0], [5, 6, 7, 8, 1]], ["a", "b"])] and cleared == []
-    transform("image", label[1:2], ["placeholder"])  # a negative alone: transformed, then cleared
-    assert seen[-1] == ([[-1, -1, -1, -1, -1]], ["placeholder"]) and cleared == [["image"]]

@@ -9,6 +9,7 @@ import pytest
 
 import ground_truth as gt
 from detector_training.data import manifest
+from detector_training.data.datasets import build_datasets
 from detector_training.errors import DataError
 from detector_training.job.config import from_hyperparameters
 
@@ -159,7 +160,7 @@ def test_file_mode_datasets_give_images_and_boxes_like_the_voc_reader(tmp_path):
     base = str(tmp_path / "ml")
     records = gt.file_mode_job(base, {}, count=6, validation=3)
     root = os.path.join(base, "input", "data")
-    datasets = manifest.manifest_datasets(file_mode_config(skip_empty="false"), root)
+    datasets = build_datasets(file_mode_config(skip_empty="false"), root)
     assert datasets.classes == ("circle", "square", "triangle")
     assert len(datasets.train) == 6 and len(datasets.val) == 3
     image, label = datasets.train[0]
@@ -176,13 +177,13 @@ def test_without_a_validation_manifest_a_seeded_split_is_carved(tmp_path, caplog
     gt.file_mode_job(base, {}, count=10)
     root = os.path.join(base, "input", "data")
     with caplog.at_level("INFO", "detector_training"):
-        first = manifest.manifest_datasets(file_mode_config(), root)
-    again = manifest.manifest_datasets(file_mode_config(), root)
+        first = build_datasets(file_mode_config(), root)
+    again = build_datasets(file_mode_config(), root)
     assert len(first.val) == 1 and len(first.train) == 8  # one negative left out, 10% carved
     assert "1 of 10 images have no box of the trained classes: left out (skip_empty=true)" in caplog.text
     assert [first.val[0][1].tolist()] == [again.val[0][1].tolist()]
-    kept = manifest.manifest_datasets(file_mode_config(skip_empty="false"), root)
-    other_seed = manifest.manifest_datasets(file_mode_config(seed=7, skip_empty="false"), root)
+    kept = build_datasets(file_mode_config(skip_empty="false"), root)
+    other_seed = build_datasets(file_mode_config(seed=7, skip_empty="false"), root)
     assert len(other_seed.train) == len(kept.train) == 9
     assert other_seed.val[0][1].tolist() != kept.val[0][1].tolist()  # another image carved
 
@@ -193,7 +194,7 @@ def test_an_image_that_does_not_decode_names_its_line(tmp_path):
     key = records[0]["source-ref"][len(gt.BUCKET_PREFIX):]
     with open(os.path.join(base, "input", "data", "images", key), "wb") as handle:
         handle.write(b"not an image")
-    datasets = manifest.manifest_datasets(file_mode_config(), os.path.join(base, "input", "data"))
+    datasets = build_datasets(file_mode_config(), os.path.join(base, "input", "data"))
     with pytest.raises(DataError, match=r"cannot read .* image %s of train/output.manifest line 1"
                                         % records[0]["source-ref"]):
         datasets.train[0]
@@ -202,13 +203,13 @@ def test_an_image_that_does_not_decode_names_its_line(tmp_path):
 def test_missing_channels_say_which_to_give(tmp_path):
     config = file_mode_config()
     with pytest.raises(DataError, match="no manifest channel"):
-        manifest.manifest_datasets(config, str(tmp_path))
+        build_datasets(config, str(tmp_path))
     (tmp_path / "train").mkdir()
     with pytest.raises(DataError, match="no 'images' channel"):
-        manifest.manifest_datasets(config, str(tmp_path))
+        build_datasets(config, str(tmp_path))
     (tmp_path / "images").mkdir()
     with pytest.raises(DataError, match=r"no manifest \(\*.manifest or \*.jsonl\)"):
-        manifest.manifest_datasets(config, str(tmp_path))
+        build_datasets(config, str(tmp_path))
 
 
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 import ground_truth as gt
-from detector_training.data import host_once, manifest, pipe_mode
+from detector_training.data import host_once, pipe_mode
+from detector_training.data.datasets import build_datasets
 from detector_training.errors import DataError
 from detector_training.job.config import from_hyperparameters
 
@@ -93,7 +94,7 @@ def test_a_fifo_is_drained_into_a_manifest_the_file_reader_reads(tmp_path):
     assert writer.join() == len(writer.data)
     assert root == os.path.join(base, "work", "manifest")
     assert host_once.read_marker(root)["lines"] == {"train": 5}
-    datasets = manifest.manifest_datasets(config, root)
+    datasets = build_datasets(config, root)
     assert datasets.classes == ("circle", "square", "triangle")
     assert len(datasets.train) + len(datasets.val) == 5
     drained = [json.loads(l) for l in open(os.path.join(root, "train", "train.manifest"))]
@@ -113,7 +114,7 @@ def test_without_metadata_the_classes_hyperparameter_names_them(tmp_path):
     config = from_hyperparameters({"dataset": "manifest", "classes": names})
     root = pipe_mode.manifest_root(config, pipe_env(base), world(), 60)
     writer.join()
-    assert manifest.manifest_datasets(config, root).classes == tuple(names.split(","))
+    assert build_datasets(config, root).classes == tuple(names.split(","))
 
 
 def test_a_broken_channel_leaves_no_copy_and_tells_the_waiting_ranks(tmp_path):

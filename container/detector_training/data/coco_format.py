@@ -16,6 +16,7 @@ import io
 import json
 import os
 
+from detector_training.data.negatives import negative_label
 from detector_training.errors import DataError
 
 ANNOTATIONS = "annotations"
@@ -246,8 +247,6 @@ def coco_instance_class():
             when they are kept, a negative: the placeholder row and one polygon of no area (the
             training transform makes a mask per row; KeepNegatives clears its targets)."""
             import numpy as np
-
-            from detector_training.data.datasets import negative_label
 
             width, height = entry["width"], entry["height"]
             boxes, segms = [], []

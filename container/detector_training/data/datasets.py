@@ -17,6 +17,8 @@ import numpy as np
 
 from detector_training.values import voc_splits
 from detector_training.errors import DataError
+from detector_training.data import manifest
+from detector_training.data.negatives import is_negative, log_empty, negative_label
 from detector_training.data.voc_layout import find_devkit
 
 
@@ -159,48 +161,6 @@ def voc_aspect_ratios(items):
     return ratios
 
 
-def negative_label(columns=5):
-    """The label of an image without boxes (a negative): the one placeholder row GluonCV's COCO
-    reader gives such an image (``skip_empty=False``), which its metrics and padding ignore."""
-    return np.full((1, columns), -1.0, dtype="float32")
-
-
-def is_negative(label):
-    """Whether a label has no box (only placeholder rows, or none)."""
-    return label is None or len(label) == 0 or bool((np.asarray(label)[:, 4] < 0).all())
-
-
-def log_empty(what, empty, total, skip_empty):
-    """Say how many images have no box, and what became of them."""
-    if empty:
-        logging.getLogger("detector_training").info(
-            "%s: %d of %d images have no box of the trained classes: %s", what, empty, total,
-            "left out (skip_empty=true)" if skip_empty else "kept as negatives")
-
-
-class KeepNegatives:
-    """A family's training transform for data that holds negatives. GluonCV's transforms move a
-    placeholder row like a box (a flip or an expansion makes it a valid-looking box of no size),
-    and its target generators then match anchors to it. So the placeholder never reaches them
-    beside real boxes (mixup joins both), and a negative's targets are cleared after the
-    transform by ``clear(outputs)``: nothing to find in that image."""
-
-    def __init__(self, transform, clear):
-        self._transform = transform
-        self._clear = clear
-
-    def __call__(self, src, label, *rest):
-        real = np.asarray(label)[:, 4] >= 0
-        if real.any():
-            if not real.all():  # a mixup of a negative with a positive
-                rest = tuple([part[i] for i in np.flatnonzero(real)] for part in rest)
-                label = label[real]
-            return self._transform(src, label, *rest)
-        outputs = self._transform(src, label, *rest)
-        self._clear(outputs)
-        return outputs
-
-
 class SubsetDataset:
     """The items of ``base`` at ``indices``.
 
@@ -302,9 +262,7 @@ def build_datasets(config, data_root, instances=False):
     if config.dataset == "coco":
         datasets = _coco_datasets(config, data_root, instances)
     elif config.dataset == "manifest":
-        from detector_training.data.manifest import manifest_datasets
-
-        datasets = manifest_datasets(config, data_root)
+        datasets = _manifest_datasets(config, data_root)
     else:
         datasets = _voc_datasets(config, data_root)
     if config.val_fraction > 0:
@@ -398,6 +356,62 @@ def _coco_datasets(config, data_root, instances=False):
                     val=SubsetDataset(val, range(len(val)), val._items, fix),  # pylint: disable=protected-access
                     classes=tuple(train.classes), aspect_ratios=list(train.get_im_aspect_ratio()),
                     val_aspect_ratios=list(val.get_im_aspect_ratio()))
+
+
+def _manifest_datasets(config, root):
+    """A Ground Truth manifest's data (see manifest.py) under ``root``: the ``train`` (or
+    ``training``) channel's manifests, the ``validation`` channel's when there is one (not read
+    when ``val_fraction`` carves the validation split), images in the ``images`` channel. Without
+    a validation manifest (and val_fraction 0), DEFAULT_VAL_FRACTION of the training lines are
+    carved, seeded by ``seed``. Classes come from the merged class maps (or ``classes``)."""
+    train_dir = manifest.channel_in(root, manifest.MANIFEST_CHANNELS)
+    if train_dir is None:
+        raise DataError("no manifest channel: none of %s exists under %s."
+                        % (", ".join(manifest.MANIFEST_CHANNELS), root),
+                        "give the job a 'train' channel holding the Ground Truth manifest.")
+    images = os.path.join(root, manifest.IMAGES_CHANNEL)
+    if not os.path.isdir(images):
+        raise DataError("no '%s' channel under %s: the manifest's source-refs are looked up there."
+                        % (manifest.IMAGES_CHANNEL, root),
+                        "give the job an 'images' channel on the S3 prefix the source-refs point "
+                        "into (or use Pipe mode, which sends the images with the manifest).")
+    train_entries = manifest.read_entries(train_dir, config.label_attribute)
+    val_dir = None if config.val_fraction > 0 else manifest.channel_in(
+        root, (manifest.VALIDATION_CHANNEL,))
+    val_entries = manifest.read_entries(val_dir, config.label_attribute) if val_dir else []
+    classes, index = manifest.class_list(train_entries + val_entries, config.classes)
+    train, ratios = _manifest_dataset(train_entries, images, index, classes, config.skip_empty,
+                                      "training")
+    if val_entries:
+        val, val_ratios = _manifest_dataset(val_entries, images, index, classes,
+                                            config.skip_empty, "validation")
+        return Datasets(train=train, val=val, classes=classes, aspect_ratios=ratios,
+                        val_aspect_ratios=val_ratios)
+    datasets = Datasets(train=train, val=None, classes=classes, aspect_ratios=ratios)
+    if config.val_fraction > 0:
+        return datasets  # build_datasets carves it
+    return carve_validation(datasets, manifest.DEFAULT_VAL_FRACTION, config.seed)
+
+
+def _manifest_dataset(entries, images, index, classes, skip_empty, what):
+    """A SubsetDataset of the entries with boxes of the trained classes (``index``: class id ->
+    class), and those without when ``skip_empty`` is off (kept as negatives), their images found
+    under ``images``; the count of images without boxes is logged. Returns (dataset, aspect
+    ratios)."""
+    paths = manifest.match_images(entries, images)
+    labels = [manifest.entry_label(entry, index) for entry in entries]
+    empty = {i for i, label in enumerate(labels) if is_negative(label)}
+    log_empty(what, len(empty), len(entries), skip_empty)
+    if len(empty) == len(entries):
+        raise DataError("no %s image of the manifest has a box of the classes %s."
+                        % (what, ", ".join(classes)),
+                        "check the manifest's class ids and the 'classes' hyperparameter.")
+    keep = [i for i in range(len(entries)) if not (skip_empty and i in empty)]
+    reader = manifest.ManifestDetection([paths[i] for i in keep], [labels[i] for i in keep], classes)
+    described = ["image %s of %s" % (entries[i].source_ref, entries[i].where) for i in keep]
+    dataset = SubsetDataset(reader, range(len(keep)), described,
+                            "replace the image, or remove its line from the manifest.")
+    return dataset, [entries[i].width / float(entries[i].height) for i in keep]
 
 
 class MultiScaleBatchSampler:

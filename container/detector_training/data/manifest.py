@@ -14,15 +14,17 @@ images are matched to files by their S3 key (:func:`match_images`): the ``images
 the objects under some S3 prefix with that prefix stripped, so a file matches a key that ends
 with its relative path.
 
-Datasets are built as the VOC and COCO readers' are (``datasets.SubsetDataset`` over a reader
-whose items are ``(image, label)`` with label rows ``[x1, y1, x2, y2, class]``), so every box
-family trains and validates on them unchanged.
+``datasets.py`` builds the training and validation sets from these pieces as it does from the VOC
+and COCO readers (:class:`ManifestDetection` gives ``(image, label)`` with label rows
+``[x1, y1, x2, y2, class]``), so every box family trains and validates on them unchanged.
 """
 
 import json
 import os
 from dataclasses import dataclass
 
+from detector_training.data.coco_format import choose_classes
+from detector_training.data.negatives import negative_label
 from detector_training.errors import DataError
 
 SOURCE_REF = "source-ref"
@@ -274,8 +276,6 @@ def class_list(entries, requested=()):
         where = next(e.where for e in entries if any(b[4] == unnamed[0] for b in e.boxes))
         raise DataError("%s has class_id %d, which no line's class-map names." % (where, unnamed[0]),
                         "add the class to the line's class-map.")
-    from detector_training.data.coco_format import choose_classes
-
     available = tuple(names[class_id] for class_id in sorted(names))
     chosen = choose_classes(available, requested, "the manifest")
     index = {class_id: chosen.index(names[class_id]) for class_id in sorted(names)
@@ -333,7 +333,7 @@ def match_images(entries, images_root):
 class ManifestDetection:
     """The images and boxes of a manifest as GluonCV's detection readers give them:
     ``dataset[i]`` is ``(image NDArray HxWx3, label float32 rows [x1, y1, x2, y2, class])``; an
-    image without boxes (a negative) has the placeholder row of ``datasets.negative_label``."""
+    image without boxes (a negative) has the placeholder row of ``negatives.negative_label``."""
 
     def __init__(self, paths, labels, classes):
         self._paths = list(paths)
@@ -357,8 +357,6 @@ def entry_label(entry, index):
     """The label rows of an entry's boxes of the trained classes (``index``: id -> class)."""
     import numpy as np
 
-    from detector_training.data.datasets import negative_label
-
     rows = [list(box[:4]) + [index[box[4]]] for box in entry.boxes if box[4] in index]
     return np.asarray(rows, dtype="float32") if rows else negative_label()
 
@@ -380,27 +378,6 @@ def read_entries(channel_dir, named=""):
     return entries
 
 
-def manifest_dataset(entries, paths, index, classes, skip_empty, what):
-    """A SubsetDataset of the entries with boxes of the trained classes, and those without when
-    ``skip_empty`` is off (kept as negatives); the count of images without boxes is logged.
-    Returns (dataset, aspect ratios)."""
-    from detector_training.data.datasets import SubsetDataset, is_negative, log_empty
-
-    labels = [entry_label(entry, index) for entry in entries]
-    empty = {i for i, label in enumerate(labels) if is_negative(label)}
-    keep = [i for i in range(len(entries)) if not (skip_empty and i in empty)]
-    log_empty(what, len(empty), len(entries), skip_empty)
-    if len(empty) == len(entries):
-        raise DataError("no %s image of the manifest has a box of the classes %s."
-                        % (what, ", ".join(classes)),
-                        "check the manifest's class ids, or set skip_empty=false.")
-    reader = ManifestDetection([paths[i] for i in keep], [labels[i] for i in keep], classes)
-    described = ["image %s of %s" % (entries[i].source_ref, entries[i].where) for i in keep]
-    dataset = SubsetDataset(reader, range(len(keep)), described,
-                            "replace the image, or remove its line from the manifest.")
-    return dataset, [entries[i].width / float(entries[i].height) for i in keep]
-
-
 def channels_hold_manifest(channels_dir, input_data_config):
     """Whether the job's data is a manifest: the train channel is a Pipe-mode RecordIO channel
     (how SageMaker delivers an augmented manifest), or its folder holds a manifest file."""
@@ -417,39 +394,3 @@ def channels_hold_manifest(channels_dir, input_data_config):
 def channel_in(root, names):
     """The first of the channel folders ``names`` under ``root``, or None."""
     return next((os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))), None)
-
-
-def manifest_datasets(config, root):
-    """Training and validation data from the manifests under ``root``: the ``train`` (or
-    ``training``) channel's, the ``validation`` channel's when there is one (not read when
-    ``val_fraction`` carves the validation split), images in the ``images`` channel. Without a
-    validation manifest (and val_fraction 0), DEFAULT_VAL_FRACTION of the training lines are
-    carved, seeded by ``seed``. Classes come from the merged class maps (or ``classes``)."""
-    from detector_training.data.datasets import Datasets, carve_validation
-
-    train_dir = channel_in(root, MANIFEST_CHANNELS)
-    if train_dir is None:
-        raise DataError("no manifest channel: none of %s exists under %s."
-                        % (", ".join(MANIFEST_CHANNELS), root),
-                        "give the job a 'train' channel holding the Ground Truth manifest.")
-    images = os.path.join(root, IMAGES_CHANNEL)
-    if not os.path.isdir(images):
-        raise DataError("no '%s' channel under %s: the manifest's source-refs are looked up there."
-                        % (IMAGES_CHANNEL, root),
-                        "give the job an 'images' channel on the S3 prefix the source-refs point "
-                        "into (or use Pipe mode, which sends the images with the manifest).")
-    train_entries = read_entries(train_dir, config.label_attribute)
-    val_dir = channel_in(root, (VALIDATION_CHANNEL,)) if config.val_fraction <= 0 else None
-    val_entries = read_entries(val_dir, config.label_attribute) if val_dir else []
-    classes, index = class_list(train_entries + val_entries, config.classes)
-    train, ratios = manifest_dataset(train_entries, match_images(train_entries, images), index,
-                                     classes, config.skip_empty, "training")
-    datasets = Datasets(train=train, val=None, classes=classes, aspect_ratios=ratios)
-    if val_entries:
-        val, val_ratios = manifest_dataset(val_entries, match_images(val_entries, images), index,
-                                           classes, config.skip_empty, "validation")
-        return Datasets(train=train, val=val, classes=classes, aspect_ratios=ratios,
-                        val_aspect_ratios=val_ratios)
-    if config.val_fraction > 0:
-        return datasets  # build_datasets carves it
-    return carve_validation(datasets, DEFAULT_VAL_FRACTION, config.seed)

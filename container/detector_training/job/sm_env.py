@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 
 from detector_training import settings
+from detector_training.data.manifest import channels_hold_manifest
 from detector_training.errors import ConfigError, DataError
 
 ENV_STOP_FILE = settings.name(settings.STOP_FILE)
@@ -43,10 +44,6 @@ class JobPaths:
     @property
     def output_dir(self):
         return self._p("output")
-
-    @property
-    def output_data_dir(self):
-        return self._p("output", "data")
 
     @property
     def failure_file(self):
@@ -139,6 +136,15 @@ class Environment:
     def channel_dir(self, name):
         path = self.paths.channel(name)
         return path if os.path.isdir(path) else None
+
+    def training_hyperparameters(self):
+        """The hyperparameters the configuration is built from: as sent, with dataset=manifest
+        when none is named and the train channel holds a Ground Truth manifest (a job copied
+        from the built-in algorithm's names no dataset)."""
+        if "dataset" in self.hyperparameters or not channels_hold_manifest(
+                self.paths.channels_dir, self.input_data_config):
+            return dict(self.hyperparameters)
+        return dict(self.hyperparameters, dataset="manifest")
 
     def data_channel(self, names=DATA_CHANNELS):
         """The first existing of the data channels ``names`` (default: voc, train, training)."""

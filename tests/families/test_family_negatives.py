@@ -16,7 +16,8 @@ from detector_training import families
 from detector_training.core.distributed import World
 from detector_training.core.engine import MetricSums
 from detector_training.data.coco_format import annotation_file
-from detector_training.data.datasets import Datasets, is_negative
+from detector_training.data.datasets import Datasets
+from detector_training.data.negatives import is_negative
 from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate as generate_coco
 from detector_training.data.synthetic_voc import generate as generate_voc
 from detector_training.job.config import from_hyperparameters
@@ -142,7 +143,7 @@ def test_a_negative_reaches_a_training_step_with_finite_losses(roots, fmt, netwo
 def test_a_negatives_placeholder_stays_a_placeholder_through_the_rcnn_transform():
     """GluonCV's transform scales and flips the placeholder row like a box; the R-CNN sampler
     would then take it (its coordinates no longer sum below -1) for an object."""
-    from detector_training.data.datasets import KeepNegatives, negative_label
+    from detector_training.data.negatives import KeepNegatives, negative_label
     from detector_training.families.faster_rcnn import clear_label
 
     c = config("manifest", FASTER)
