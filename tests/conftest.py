@@ -140,6 +140,16 @@ def job_dir(tmp_path):
     return tmp_path / "opt_ml"
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 24 MB file system (tmpfs) for what must not fit."""
+    path = tmp_path / "small"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(path)], check=True)
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     """moto's S3 server on an ephemeral loopback port."""

@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import threading
 import time
@@ -386,16 +385,6 @@ def test_a_dripping_mirror_fails_over_to_the_next_one(tmp_path, voc_tars, mirror
         assert time.monotonic() - started < 15
         assert_complete(root, voc_tars)
         assert marker(root)["tars"][V12]["source"] == base2
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 24 MB file system (tmpfs) for the work directory."""
-    path = tmp_path / "small"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(path)], check=True)
-    yield path
-    subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def test_a_gzip_tar_is_checked_against_the_free_disk_by_its_expanded_size(tmp_path, small_disk):
