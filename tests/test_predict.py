@@ -296,5 +296,52 @@ def test_an_oversized_classes_file_in_a_model_directory_is_refused(model_dir, tm
     for name in predict.REQUIRED_FILES:
         (copy / name).write_bytes(open(os.path.join(model_dir, name), "rb").read())
     (copy / predict.CLASSES_FILE).write_bytes(b"[" + b" " * (1 << 20) + b"]")
-    with pytest.raises(predict.PredictError, match="classes.json is larger than 1048576 bytes"):
+    with pytest.raises(predict.PredictError, match="classes.json is larger than the 1048576 bytes allowed"):
         predict.load_model(str(copy))
+
+
+def copy_model(model_dir, target, **replace):
+    target.mkdir()
+    for name in predict.REQUIRED_FILES:
+        data = replace.get(name) or open(os.path.join(model_dir, name), "rb").read()
+        (target / name).write_bytes(data)
+    return str(target)
+
+
+@pytest.mark.parametrize("config, words", [
+    (b'{"short": 1e999}', ["config.json", "a number too large for a float"]),
+    (b'{"short": [600, NaN]}', ["config.json", "NaN, which JSON does not allow"]),
+    (b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}", ["config.json", "nested more than 64 levels"]),
+    (b'{"short": true}', ["config.json field short is true; it must be a whole number of pixels"]),
+    (b'{"max_size": 1000000000}', ["config.json field max_size is 1000000000"]),
+])
+def test_a_config_json_that_lies_is_refused_naming_the_field(model_dir, tmp_path, config, words):
+    copy = copy_model(model_dir, tmp_path / "copy", **{predict.CONFIG_FILE: config})
+    with pytest.raises(predict.PredictError) as caught:
+        predict.load_model(copy)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_a_corrupt_xz_model_archive_is_a_predict_error(model_dir, tmp_path):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz") as tar:
+        for name in predict.REQUIRED_FILES:
+            tar.add(os.path.join(model_dir, name), arcname=name)
+    packed = bytearray(buffer.getvalue())
+    packed[len(packed) // 2] ^= 0x55
+    damaged = tmp_path / "model.tar.xz"
+    damaged.write_bytes(bytes(packed))
+    with pytest.raises(predict.PredictError, match="neither a model directory nor a model.tar.gz"):
+        predict.load_model(str(damaged))
+
+
+def test_a_model_archive_that_does_not_fit_the_free_disk_is_a_predict_error(tmp_path, small_disk):
+    path = tmp_path / "model.tar.gz"
+    with tarfile.open(str(path), "w:gz") as out:
+        info = tarfile.TarInfo("model/" + predict.PARAMS_FILE)
+        info.size = 30 << 20  # zeros: more than the 24 MB disk holds
+        out.addfile(info, io.BytesIO(bytes(info.size)))
+    with pytest.raises(predict.PredictError, match=r"cannot extract model archive .*expands to 31457280 bytes"):
+        predict.extract_model_files(str(path), str(small_disk))
+    assert os.listdir(small_disk) == []

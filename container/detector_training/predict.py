@@ -20,7 +20,9 @@ import warnings
 import zlib
 
 import detector_training.data.archive as archive
-from detector_training.core.files import TooLarge, atomic_write, read_small_json
+from detector_training.core.files import atomic_write, json_preview, read_json
+from detector_training.core.model_dir import read_classes
+from detector_training.errors import DataError
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -95,6 +97,8 @@ def extract_model_files(path, parent):
     except archive.UnreadableArchive as exc:
         raise PredictError("not a model: %s is neither a model directory nor a model.tar.gz (%s)"
                            % (path, exc.reason)) from None
+    except archive.NoRoom as exc:
+        raise PredictError("cannot extract model archive %s: %s" % (path, exc.reason)) from None
     except OSError as exc:
         raise PredictError("cannot read model archive %s: %s" % (path, _one_line(exc))) from exc
 
@@ -110,51 +114,50 @@ def _find_model_dir(root, archive):
     return min(found, key=lambda d: (os.path.relpath(d, root).count(os.sep), d))
 
 
-def _read_json(path, source):
-    """classes.json or config.json of a model (both capped in FILE_CAPS)."""
+def _read_config(path, source):
+    """config.json of a model (capped in FILE_CAPS), an object."""
     try:
-        return read_small_json(path, FILE_CAPS[os.path.basename(path)])
-    except TooLarge:
-        raise PredictError("invalid model %s: %s is larger than %d bytes" % (
-            source, os.path.basename(path), FILE_CAPS[os.path.basename(path)])) from None
-    except (OSError, ValueError) as exc:
-        raise PredictError("invalid model %s: cannot read %s (%s)"
-                           % (source, os.path.basename(path), _one_line(exc))) from exc
+        config = read_json(path, FILE_CAPS[CONFIG_FILE])
+    except DataError as exc:
+        raise PredictError("invalid model %s: %s" % (source, exc.cause)) from None
+    if not isinstance(config, dict):
+        raise PredictError("invalid model %s: config.json is not an object" % source)
+    return config
+
+
+MAX_SIDE = 8192  # pixels: a model asking for larger test images is not one this tool runs
+
+
+def _test_size(config, field, default, source):
+    value = config.get(field)
+    if isinstance(value, list):  # short: the training scales, the last one tests
+        value = value[-1] if value else None
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
+            or not 32 <= value <= MAX_SIDE:
+        raise PredictError("invalid model %s: config.json field %s is %s; it must be a whole number of "
+                           "pixels from 32 to %d" % (source, field, json_preview(config.get(field)), MAX_SIDE))
+    return int(value)
 
 
 def _test_sizes(config, source):
     """Short side and longer-side cap the model is run at: the last training scale, else the
     network's GluonCV default (600/1000 for VOC-style networks, 800/1333 for COCO ones)."""
-    short, max_size = config.get("short"), config.get("max_size")
-    if isinstance(short, (list, tuple)):
-        short = short[-1] if short else None
     coco = "coco" in str(config.get("network", "")) or config.get("dataset") == "coco"
-    if short is None:
-        short = 800 if coco else 600
-    if max_size is None:
-        max_size = 1333 if coco else 1000
-    try:
-        short, max_size = int(short), int(max_size)
-    except (TypeError, ValueError) as exc:
-        raise PredictError("invalid model %s: config.json short=%r max_size=%r"
-                           % (source, short, max_size)) from exc
-    if short <= 0 or max_size <= 0:
-        raise PredictError("invalid model %s: config.json short=%r max_size=%r"
-                           % (source, short, max_size))
-    return short, max_size
+    return (_test_size(config, "short", 800 if coco else 600, source),
+            _test_size(config, "max_size", 1333 if coco else 1000, source))
 
 
 def _load_directory(directory, source, ctx):
     missing = [name for name in REQUIRED_FILES if not os.path.isfile(os.path.join(directory, name))]
     if missing:
         raise PredictError("not a model: %s lacks %s" % (source, ", ".join(missing)))
-    classes = _read_json(os.path.join(directory, CLASSES_FILE), source)
-    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
-        raise PredictError("invalid model %s: classes.json is not a list of class names" % source)
-    config = _read_json(os.path.join(directory, CONFIG_FILE), source)
-    if not isinstance(config, dict):
-        raise PredictError("invalid model %s: config.json is not an object" % source)
-    short, max_size = _test_sizes(config, source)
+    try:
+        classes = read_classes(os.path.join(directory, CLASSES_FILE))
+    except DataError as exc:
+        raise PredictError("invalid model %s: %s" % (source, exc.cause)) from None
+    short, max_size = _test_sizes(_read_config(os.path.join(directory, CONFIG_FILE), source), source)
 
     import mxnet as mx
 

@@ -11,13 +11,28 @@ in it is written here, by the main rank, each atomically.
 import logging
 import os
 
-from detector_training.core.files import atomic_save, write_json
+from detector_training.core.files import atomic_save, json_preview, read_json, write_json
+from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
 
 FINAL_PARAMS = "model.params"
 BEST_PARAMS = "model-best.params"
 EXPORT_PREFIX = "model"  # model-symbol.json + model-0000.params
+CLASSES_FILE = "classes.json"
+CLASSES_CAP = 1 << 20
+
+
+def read_classes(path, fix="use the classes.json the job wrote."):
+    """The class names in a model's ``classes.json`` (a non-empty list of strings); a DataError
+    naming the file and the entry otherwise."""
+    classes = read_json(path, CLASSES_CAP, fix=fix)
+    if not isinstance(classes, list) or not classes:
+        raise DataError("%s is not a list of class names." % path, fix)
+    for index, name in enumerate(classes):
+        if not isinstance(name, str):
+            raise DataError("%s: entry %d is %s; class names are strings." % (path, index, json_preview(name)), fix)
+    return classes
 
 
 def _save_params(net, path):
@@ -40,7 +55,7 @@ class ModelDirectory:
                     fitted):
         os.makedirs(self.path, exist_ok=True)
         _save_params(net, self._file(FINAL_PARAMS))
-        write_json(self._file("classes.json"), list(classes))
+        write_json(self._file(CLASSES_FILE), list(classes))
         write_json(self._file("config.json"), effective_config)
         write_json(self._file("history.json"), history)
         if validation is not None:

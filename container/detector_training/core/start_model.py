@@ -17,15 +17,14 @@ import posixpath
 import shutil
 import tempfile
 
-from detector_training.core.files import TooLarge, read_small_json
+from detector_training.core.model_dir import CLASSES_FILE, read_classes
 from detector_training.errors import DataError
 
 LOG = logging.getLogger(__name__)
 
 PARAMS_FILES = ("model-best.params", "model.params")  # in order of preference
-CLASSES_FILE = "classes.json"
 ARCHIVE_PATTERNS = ("*.tar.gz", "*.tgz", "*.tar")
-CLASSES_CAP = 1 << 20  # the same cap as for a classes.json inside a model.tar.gz
+_FIX_CLASSES = "use the classes.json the earlier job wrote."
 
 
 def start_from_channel(net, channel, ctx):
@@ -48,6 +47,12 @@ def start_model_files(channel, scratch):
     archives = sorted(p for pattern in ARCHIVE_PATTERNS
                       for p in glob.glob(os.path.join(glob.escape(channel), pattern)))
     for path in archives:
+        if not os.path.isfile(path):
+            raise DataError("%s in the 'model' channel is %s, not a model tarball%s." % (
+                os.path.basename(path), "a directory" if os.path.isdir(path) else "not a regular file",
+                " (what an S3 prefix with keys under it becomes)" if os.path.isdir(path) else ""),
+                "point the 'model' channel at the model.tar.gz object itself (or at a prefix holding "
+                "only it).")
         found = _model_files_in(_extract(path, scratch), walk=True)
         if found:
             return found
@@ -70,19 +75,7 @@ def _model_files_in(root, walk=False):
         return None
     params = best[1]
     classes_path = os.path.join(os.path.dirname(params), CLASSES_FILE)
-    classes = None
-    if os.path.isfile(classes_path):
-        try:
-            classes = read_small_json(classes_path, CLASSES_CAP)
-        except TooLarge as exc:
-            raise DataError("%s in the 'model' channel: %s." % (CLASSES_FILE, exc),
-                            "use the classes.json the earlier job wrote.") from None
-        except ValueError as exc:
-            raise DataError("%s in the 'model' channel is not valid JSON (%s)." % (CLASSES_FILE, exc),
-                            "use the classes.json the earlier job wrote.") from None
-        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
-            raise DataError("%s in the 'model' channel is not a list of class names." % CLASSES_FILE,
-                            "use the classes.json the earlier job wrote.")
+    classes = read_classes(classes_path, _FIX_CLASSES) if os.path.lexists(classes_path) else None
     return params, classes
 
 
@@ -98,7 +91,12 @@ def _extract(path, scratch):
             return archive.extract(handle, scratch, limits=MODEL_LIMITS, select=wanted).path
     except archive.ArchiveError as exc:
         raise DataError("cannot use %s from the 'model' channel: %s." % (os.path.basename(path), exc.reason),
+                        exc.fix if isinstance(exc, archive.NoRoom) else
                         "put the model.tar.gz an earlier job wrote into the 'model' channel.") from None
+    except OSError as exc:
+        raise DataError("cannot extract %s from the 'model' channel (%s)." % (
+            os.path.basename(path), exc.strerror or exc),
+            "check that the file is readable and the disk under %s has room." % scratch) from None
 
 
 def load_start_model(net, params_path, saved_classes, ctx):

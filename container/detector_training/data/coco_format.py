@@ -16,9 +16,12 @@ import io
 import json
 import os
 
+from detector_training.core.files import json_preview, read_json
 from detector_training.errors import DataError
 
 ANNOTATIONS = "annotations"
+ANNOTATIONS_CAP = 4 << 30  # COCO 2017's instances_train2017.json is 448 MB
+_FIX_EXPORT = "export the annotations again in COCO format."
 
 
 def split_folder(split):
@@ -43,21 +46,28 @@ def find_coco_root(channel, split):
                     "train2017/), or name the splits with train_splits/val_splits.")
 
 
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _id(value):
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+def _shape_error(path, field, value, expected):
+    return DataError("%s: %s is %s; it must be %s." % (path, field, json_preview(value), expected), _FIX_EXPORT)
+
+
 def read_document(path):
-    """The JSON of a COCO-format annotation file, checked for what training needs."""
-    try:
-        with open(path) as handle:
-            document = json.load(handle)
-    except ValueError as exc:
-        raise DataError("%s is not valid JSON (%s)." % (path, exc),
-                        "export the annotations again in COCO format.") from None
+    """The JSON of a COCO-format annotation file (through the one reader of untrusted JSON),
+    checked for what training needs: errors name the file and the field."""
+    document = read_json(path, ANNOTATIONS_CAP, fix=_FIX_EXPORT)
     if not isinstance(document, dict):
-        raise DataError("%s is not a COCO annotation file (not a JSON object)." % path,
-                        "export the annotations again in COCO format.")
+        raise DataError("%s is not a COCO annotation file (not a JSON object)." % path, _FIX_EXPORT)
     for key in ("images", "annotations", "categories"):
         if not isinstance(document.get(key), list):
             raise DataError("%s has no '%s' list; COCO format needs images, annotations and "
-                            "categories." % (path, key), "export the annotations again in COCO format.")
+                            "categories." % (path, key), _FIX_EXPORT)
     for key, required in (("images", ("id", "width", "height")),
                           ("annotations", ("image_id", "category_id", "bbox")),
                           ("categories", ("id", "name"))):
@@ -65,13 +75,45 @@ def read_document(path):
             missing = [k for k in required if not isinstance(entry, dict) or k not in entry]
             if missing:
                 raise DataError("%s: an entry of '%s' lacks %s: %s" % (path, key, ", ".join(missing),
-                                                                       json.dumps(entry)[:200]),
-                                "export the annotations again in COCO format.")
+                                                                       json.dumps(entry)[:200]), _FIX_EXPORT)
+    _check_fields(document, path)
     for entry in document["images"]:
         if not entry.get("file_name") and not entry.get("coco_url"):
             raise DataError("%s: image %s has neither file_name nor coco_url." % (path, entry["id"]),
                             "give every image entry its file_name.")
     return document
+
+
+def _check_fields(document, path):
+    """The types training and evaluation rely on, each refused with the field that breaks it."""
+    for section in ("images", "categories"):  # ids are sorted: numbers and strings do not mix
+        id_types = set()
+        for index, entry in enumerate(document[section]):
+            id_types.add(type(entry["id"]))
+            if not _id(entry["id"]) or len(id_types) > 1:
+                raise _shape_error(path, "%s[%d].id" % (section, index), entry["id"],
+                                   "a number or a string, of the same type as the other %s ids"
+                                   % section.rstrip("s"))
+    for index, entry in enumerate(document["images"]):
+        for key in ("width", "height"):
+            if not _number(entry[key]) or entry[key] <= 0:
+                raise _shape_error(path, "images[%d].%s" % (index, key), entry[key], "a positive number of pixels")
+        for key in ("file_name", "coco_url"):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
+                raise _shape_error(path, "images[%d].%s" % (index, key), entry[key], "a string")
+    for index, entry in enumerate(document["categories"]):
+        if not isinstance(entry["name"], str):
+            raise _shape_error(path, "categories[%d].name" % index, entry["name"], "a string")
+    for index, entry in enumerate(document["annotations"]):
+        bbox = entry["bbox"]
+        if not isinstance(bbox, list) or len(bbox) != 4 or not all(_number(v) for v in bbox):
+            raise _shape_error(path, "annotations[%d].bbox" % index, bbox, "four numbers [x, y, width, height]")
+        if not _id(entry["category_id"]) or not _id(entry["image_id"]):
+            key = "category_id" if not _id(entry["category_id"]) else "image_id"
+            raise _shape_error(path, "annotations[%d].%s" % (index, key), entry[key], "a number or a string")
+        for key in ("area", "iscrowd"):
+            if key in entry and not _number(entry[key]):
+                raise _shape_error(path, "annotations[%d].%s" % (index, key), entry[key], "a number")
 
 
 def category_names(document, path):

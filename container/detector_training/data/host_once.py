@@ -4,20 +4,20 @@ reason when the fetcher failed in this launch.
 """
 
 import fcntl
-import json
 import logging
 import os
 import socket
 import time
 
 from detector_training import settings
-from detector_training.core.files import write_json
+from detector_training.core.files import read_json, write_json
 from detector_training.errors import FAILURE_LIMIT, DataError, JobError, shorten
 
 LOG = logging.getLogger("detector_training")
 
 MARKER_NAME = ".detector-data.json"
 MARKER_FORMAT = 2
+MARKER_CAP = 1 << 20
 
 
 def marker_state(marker, key, launch):
@@ -50,10 +50,11 @@ def launch_token(environ=None):
 
 
 def read_marker(root):
+    """The marker under ``root``, or None when there is none to trust (missing, not a regular
+    file, not JSON): the directory is then prepared again."""
     try:
-        with open(os.path.join(root, MARKER_NAME)) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
+        return read_json(os.path.join(root, MARKER_NAME), MARKER_CAP)
+    except DataError:
         return None
 
 

@@ -5,11 +5,11 @@ stop file, launch id and fetch settings from this object, never from ``os.enviro
 Reading is all this module does: it creates nothing and runs nothing at import time.
 """
 
-import json
 import os
 from dataclasses import dataclass, field
 
 from detector_training import settings
+from detector_training.core.files import read_json
 from detector_training.errors import ConfigError, DataError
 
 ENV_STOP_FILE = settings.name(settings.STOP_FILE)
@@ -67,15 +67,17 @@ def base_dir(environ=None):
     return environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
 
 
-def _read_json(path, default):
-    if not os.path.isfile(path):
-        return default
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except ValueError as exc:
-        raise ConfigError("%s is not valid JSON: %s" % (path, exc),
-                          "write the file as a JSON object.") from exc
+CONFIG_FILE_CAP = 4 << 20  # SageMaker's hyperparameters (at most 100 of 2.5 KB) are far smaller
+
+
+def _read_object(path, fix="write the file as a JSON object."):
+    """A JSON object from one of the job's configuration files ({} when the file is absent)."""
+    if not os.path.lexists(path):
+        return {}
+    value = read_json(path, CONFIG_FILE_CAP, error=ConfigError, fix=fix)
+    if not isinstance(value, dict):
+        raise ConfigError("%s must hold a JSON object." % os.path.basename(path), fix)
+    return value
 
 
 @dataclass(frozen=True)
@@ -92,16 +94,15 @@ class Environment:
         """The job under ``base`` (default: $SAGEMAKER_BASE_DIR, else /opt/ml)."""
         environ = dict(os.environ if environ is None else environ)
         paths = JobPaths(base or base_dir(environ))
-        hps = _read_json(os.path.join(paths.config_dir, "hyperparameters.json"), {})
-        if not isinstance(hps, dict):
-            raise ConfigError("hyperparameters.json must hold a JSON object.",
-                              "pass hyperparameters as a mapping of names to values.")
+        config = {name: _read_object(os.path.join(paths.config_dir, name + ".json"))
+                  for name in ("inputdataconfig", "resourceconfig", "checkpointconfig")}
         return cls(
             paths=paths,
-            hyperparameters=hps,
-            input_data_config=_read_json(os.path.join(paths.config_dir, "inputdataconfig.json"), {}),
-            resource_config=_read_json(os.path.join(paths.config_dir, "resourceconfig.json"), {}),
-            checkpoint_config=_read_json(os.path.join(paths.config_dir, "checkpointconfig.json"), {}),
+            hyperparameters=_read_object(os.path.join(paths.config_dir, "hyperparameters.json"),
+                                         "pass hyperparameters as a mapping of names to values."),
+            input_data_config=config["inputdataconfig"],
+            resource_config=config["resourceconfig"],
+            checkpoint_config=config["checkpointconfig"],
             environ=environ,
         )
 
