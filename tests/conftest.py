@@ -161,6 +161,20 @@ def moto_server():
     server.stop()
 
 
+def use_s3_endpoint(monkeypatch, tmp_path, endpoint):
+    """boto3 in this test talks to ``endpoint`` (AWS_ENDPOINT_URL_S3) with dummy credentials and
+    nothing from the machine's AWS configuration or proxies."""
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "HTTP_PROXY", "HTTPS_PROXY",
+                "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
 @pytest.fixture
 def s3(moto_server, monkeypatch, tmp_path):
     """A fresh bucket on the loopback moto endpoint; boto3 reaches it through AWS_ENDPOINT_URL_S3."""
@@ -168,15 +182,7 @@ def s3(moto_server, monkeypatch, tmp_path):
 
     import boto3
 
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "HTTP_PROXY", "HTTPS_PROXY",
-                "http_proxy", "https_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_server)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    use_s3_endpoint(monkeypatch, tmp_path, moto_server)
     client = boto3.client("s3")
     bucket = "voc-%s" % uuid.uuid4().hex[:12]
     client.create_bucket(Bucket=bucket)

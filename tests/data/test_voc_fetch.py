@@ -14,6 +14,7 @@ import shutil
 import tarfile
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -485,3 +486,30 @@ def test_what_an_interrupted_fetch_left_is_cleared_first(tmp_path, voc_tars, mir
     assert_complete(root, voc_tars)
     assert not os.path.exists(os.path.join(root, "VOCdevkit", "VOC2007", "JPEGImages", "stale.jpg"))
     assert "clearing" in caplog.text
+
+
+def test_a_working_directory_that_is_not_what_it_seems_is_never_written_through(tmp_path, voc_tars):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("original")
+    config, env, work = job(tmp_path, voc_tars, channel_tars=TARS)
+    os.makedirs(work)
+    os.symlink(str(outside), os.path.join(work, "voc"))  # the data directory
+    os.symlink(str(outside / "lock"), os.path.join(work, ".voc.lock"))  # the lock file
+    root = acquire_voc(config, env, World(), work, FAST)
+    assert_complete(root, voc_tars)
+    assert not os.path.islink(root)
+    assert os.listdir(outside) == ["victim.txt"] and (outside / "victim.txt").read_text() == "original"
+
+
+def test_a_mirror_that_sends_no_length_stops_at_the_free_disk_budget(tmp_path, small_disk):
+    payload = os.urandom(30 << 20)  # more than the 24 MB disk holds
+    with FaultServer(length=False) as plain:
+        plain.put("voc/data.tar", payload)
+        config, env, _ = job(tmp_path, data_mirrors=plain.url("voc"),
+                             data_checksums=json.dumps({"data.tar": hashlib.sha1(payload).hexdigest()}))
+        with pytest.raises(DataError) as caught:
+            acquire_voc(config, env, World(), str(small_disk), replace(FAST, reserve_step=1 << 20))
+    text = caught.value.cause
+    assert "not enough free disk space" in text and "to go on downloading (no length announced" in text, text
+    assert not os.path.exists(os.path.join(str(small_disk), "voc", voc_fetch.STAGING_DIR_NAME))

@@ -120,17 +120,21 @@ def json_preview(value, limit=60):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def read_json(path, cap, *, error=DataError, fix="write it as valid JSON.", max_depth=JSON_MAX_DEPTH):
+def read_json(path, cap, *, error=DataError, fix="write it as valid JSON.", max_depth=JSON_MAX_DEPTH,
+              follow_symlinks=True):
     """:func:`parse_json` of the regular file ``path`` of at most ``cap`` bytes: a larger file, a
     FIFO, a device or a directory is refused before anything is parsed (opened without blocking,
-    checked on the open descriptor). Errors name the file."""
+    checked on the open descriptor), and so is a symbolic link unless ``follow_symlinks``. Errors
+    name the file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as exc:
         raise error("cannot read %s (%s)." % (path, exc.strerror or exc), fix) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise error("%s is not a regular file." % path, fix)
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise error("%s is not a regular file." % path, fix)
         try:
             data = handle.read(cap + 1)
         except OSError as exc:
