@@ -513,3 +513,27 @@ def test_a_mirror_that_sends_no_length_stops_at_the_free_disk_budget(tmp_path, s
     text = caught.value.cause
     assert "not enough free disk space" in text and "to go on downloading (no length announced" in text, text
     assert not os.path.exists(os.path.join(str(small_disk), "voc", voc_fetch.STAGING_DIR_NAME))
+
+
+@pytest.mark.parametrize("kind", ["gz", "bz2", "xz"])
+def test_a_corrupt_compressed_tar_with_a_matching_checksum_is_an_archive_error_of_that_source(tmp_path, kind):
+    import bz2
+    import lzma
+
+    compress = {"gz": __import__("gzip").compress, "bz2": bz2.compress, "xz": lzma.compress}[kind]
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w") as out:
+        info = tarfile.TarInfo("VOCdevkit/VOC2007/JPEGImages/1.jpg")
+        info.size = 50000
+        out.addfile(info, io.BytesIO(os.urandom(info.size)))
+    packed = bytearray(compress(plain.getvalue()))
+    packed[len(packed) // 2] ^= 0x55  # the checksum is of these bytes: only the stream itself can tell
+    name = "data.tar." + kind
+    channel = tmp_path / "opt_ml" / "input" / "data" / "voc"
+    channel.mkdir(parents=True)
+    (channel / name).write_bytes(bytes(packed))
+    config, env, work = job(tmp_path, data_checksums=json.dumps({name: hashlib.sha1(bytes(packed)).hexdigest()}))
+    with pytest.raises(DataError) as caught:
+        acquire_voc(config, env, World(), work, FAST)
+    assert "channel 'voc': not a readable tar archive" in caught.value.cause
+    assert not os.path.exists(os.path.join(work, "voc", "VOCdevkit"))
