@@ -8,6 +8,7 @@ skip with a loud message, with an engine but no image they fail.
 """
 
 import io
+import json
 import os
 import random
 import subprocess
@@ -158,3 +159,81 @@ def test_the_gpu_image_serves_on_cpu_with_the_stub_driver(trained_models, jpeg):
         assert "CPU thread(s)" in container.logs()
     finally:
         container.remove()
+
+
+# --- SageMaker SDK v2 local mode ---------------------------------------------------------------
+
+def run_local_serve(tmp_path, spec, timeout=1500):
+    """tests/sdk_local_serve.py with SPEC under .venv-sdk, in a compose project of its own whose
+    containers are removed afterwards. Returns (RESULT, output)."""
+    from test_container import ROOT, SDK_PYTHON, remove_compose_containers, sdk_environment
+
+    assert os.path.exists(SDK_PYTHON), "the SDK environment is missing: run `make sdk-venv`"
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    project = "detector-test-%s" % uuid.uuid4().hex[:12]
+    env = dict(sdk_environment(tmp_path), COMPOSE_PROJECT_NAME=project)
+    try:
+        result = subprocess.run([SDK_PYTHON, os.path.join(ROOT, "tests", "sdk_local_serve.py"), str(spec_path)],
+                                capture_output=True, text=True, timeout=timeout, env=env, cwd=str(tmp_path))
+    finally:
+        remove_compose_containers(project)
+    out = result.stdout + result.stderr
+    (tmp_path / "sdk.log").write_text(out)
+    assert result.returncode == 0, out[-5000:]
+    line = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):]), out
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_local_mode_fit_deploy_predict_and_batch_transform(image, tmp_path, jpeg):
+    from conftest import TINY, make_job
+
+    make_job(tmp_path / "tree", {}, n_train=6, n_test=2)
+    data = tmp_path / "data"
+    os.rename(tmp_path / "tree" / "input" / "data" / "voc", data)
+    (tmp_path / "street.jpg").write_bytes(jpeg)
+    images = tmp_path / "images"
+    images.mkdir()
+    names = []
+    for index in range(3):
+        img, _objects = make_image(random.Random(20 + index), CLASSES)
+        names.append("shapes%d.%s" % (index, "png" if index == 2 else "jpg"))
+        img.save(images / names[-1])
+    for folder in ("output", "transformed"):
+        (tmp_path / folder).mkdir()
+    spec = {"image": image, "serving_port": free_port(), "image_path": str(tmp_path / "street.jpg"),
+            "fit": {"data_dir": str(data), "output_dir": str(tmp_path / "output"),
+                    "hyperparameters": dict(TINY, epochs="1", batch_size="2")},
+            "transform_dir": str(images), "transform_output": str(tmp_path / "transformed")}
+    result, out = run_local_serve(tmp_path, spec)
+    rows = result["prediction"]["prediction"]
+    assert all(len(row) == 6 and row[0] in (0, 1, 2) and 0 <= row[1] <= 1 for row in rows), rows
+    written = sorted(os.listdir(tmp_path / "transformed"))
+    assert written == sorted(name + ".out" for name in names), written
+    for name in written:  # JSON Lines: one line per image, in the built-in algorithm's form
+        content = (tmp_path / "transformed" / name).read_bytes()
+        assert content.count(b"\n") == 1 and "prediction" in json.loads(content)
+    assert "(batch transform)" in out
+
+
+@pytest.mark.parametrize("family", ["yolo3", "mask_rcnn"])
+def test_local_mode_deploys_a_model_tar_gz_of_each_family(image, trained_models, tmp_path, jpeg, family):
+    import tarfile
+
+    archive = str(tmp_path / "model.tar.gz")
+    with tarfile.open(archive, "w:gz") as tar:  # as SageMaker packs /opt/ml/model
+        for name in sorted(os.listdir(trained_models[family])):
+            tar.add(os.path.join(trained_models[family], name), arcname=name)
+    (tmp_path / "street.jpg").write_bytes(jpeg)
+    spec = {"image": image, "serving_port": free_port(), "image_path": str(tmp_path / "street.jpg"),
+            "model_data": archive}
+    result, _out = run_local_serve(tmp_path, spec)
+    assert isinstance(result["prediction"]["prediction"], list)
