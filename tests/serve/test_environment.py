@@ -10,17 +10,22 @@ from detector_training.serve.environment import read_environment
 def test_defaults_on_a_two_core_cpu_host():
     env = read_environment({}, cpu_count=2, gpu_count=0)
     assert (env.model_dir, env.port, env.workers, env.threads_per_worker, env.gpus) == (
-        "/opt/ml/model", 8080, 1, 2, 0)
+        "/opt/ml/model", 8080, 2, 1, 0)
     assert (env.timeout, env.max_payload_mb, env.batch, env.threshold, env.max_detections) == (
         60, 6, False, 0.5, 100)
-    assert env.execution_parameters() == {"MaxConcurrentTransforms": 1, "BatchStrategy": "SingleRecord",
+    assert env.execution_parameters() == {"MaxConcurrentTransforms": 2, "BatchStrategy": "SingleRecord",
                                           "MaxPayloadInMB": 6}
 
 
-@pytest.mark.parametrize("cores, workers, threads", [(1, 1, 1), (4, 1, 4), (8, 2, 4), (16, 4, 4),
-                                                     (18, 4, 4), (96, 24, 4)])
-def test_cpu_workers_share_the_cores_without_overlap(cores, workers, threads):
+@pytest.mark.parametrize("cores", [1, 4, 96])
+def test_by_default_each_cpu_worker_has_one_core(cores):
     env = read_environment({}, cpu_count=cores, gpu_count=0)
+    assert (env.workers, env.threads_per_worker) == (cores, 1)
+
+
+@pytest.mark.parametrize("cores, workers, threads", [(2, 1, 2), (8, 3, 2), (16, 4, 4), (18, 4, 4)])
+def test_fewer_workers_share_the_cores_out_as_threads_without_overlap(cores, workers, threads):
+    env = read_environment({"SAGEMAKER_MODEL_SERVER_WORKERS": str(workers)}, cpu_count=cores, gpu_count=0)
     assert (env.workers, env.threads_per_worker) == (workers, threads)
     assert env.workers * env.threads_per_worker <= cores
 
