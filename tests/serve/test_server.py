@@ -259,6 +259,74 @@ def test_many_concurrent_clients_get_the_same_answer(served, shapes):
                                    atol=1e-5)
 
 
+def test_other_paths_and_methods_are_json_404_and_405(served):
+    family, model_dir, server = served
+    missing = requests.get(server.url + "/predict", timeout=10)
+    wrong = requests.get(server.url + "/invocations", timeout=10)
+    assert (missing.status_code, wrong.status_code) == (404, 405)
+    assert set(missing.json()) == set(wrong.json()) == {"error"}
+
+
+def test_batch_transform_settings_and_default_attributes_from_the_environment(trained_models, shapes, tmp_path):
+    img, jpeg = shapes
+    server = Served(trained_models["faster_rcnn"], tmp_path / "serve.log", SAGEMAKER_BATCH="true",
+                    SAGEMAKER_MAX_PAYLOAD_IN_MB="1", SAGEMAKER_MODEL_SERVER_WORKERS="1",
+                    DETECTOR_SCORE_THRESHOLD="0", DETECTOR_MAX_DETECTIONS="2")
+    try:
+        server.wait_healthy()
+        assert requests.get(server.url + "/execution-parameters", timeout=5).json() == {
+            "MaxConcurrentTransforms": 1, "BatchStrategy": "SingleRecord", "MaxPayloadInMB": 1}
+        answer = server.invoke(jpeg)
+        assert answer.headers["Content-Type"] == "application/jsonlines" and answer.content.endswith(b"\n")
+        assert len(json.loads(answer.content)["prediction"]) == 2  # threshold 0, at most 2
+        too_big = server.invoke(b"\xff" * (1024 * 1024 + 1))
+        assert too_big.status_code == 413 and "over 1 MB" in too_big.json()["error"]
+    finally:
+        server.stop()
+
+
+def test_gunicorn_runs_sync_workers_with_the_timeout_and_port_of_the_environment():
+    from detector_training.serve.environment import read_environment
+    from detector_training.serve.server import gunicorn_options
+
+    env = read_environment({"SAGEMAKER_MODEL_SERVER_TIMEOUT": "17", "SAGEMAKER_BIND_TO_PORT": "9123",
+                            "SAGEMAKER_MODEL_SERVER_WORKERS": "3"}, 4, 0)
+    options = gunicorn_options(env)
+    assert options["timeout"] == 17 and options["bind"] == ["0.0.0.0:9123"] and options["workers"] == 3
+    assert options["worker_class"] == "sync" and options["preload_app"] is False
+    assert options["graceful_timeout"] < 30
+
+
+
+def test_each_gpu_worker_is_pinned_to_its_own_gpu_and_a_restarted_worker_takes_its_slot():
+    from types import SimpleNamespace
+
+    from detector_training.serve.environment import read_environment
+    from detector_training.serve.server import Server, visible_gpus, worker_environment
+
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,5"}) == ["2", "5"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    gpus = ["2", "5"]
+    env = read_environment({}, 16, len(gpus))
+    assert env.workers == 2
+    assert [worker_environment(i, env, gpus) for i in (0, 1)] == [{"CUDA_VISIBLE_DEVICES": "2"},
+                                                                 {"CUDA_VISIBLE_DEVICES": "5"}]
+    cpu = read_environment({"SAGEMAKER_MODEL_SERVER_WORKERS": "2"}, 8, 0)
+    assert worker_environment(1, cpu, []) == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "4",
+                                              "MXNET_CPU_WORKER_NTHREADS": "1"}
+    server = Server.__new__(Server)  # the hooks only, without gunicorn's configuration
+    server.env = env
+    arbiter = SimpleNamespace(WORKERS={})
+    first, second, replacement = SimpleNamespace(), SimpleNamespace(), SimpleNamespace()
+    server.assign_slot(arbiter, first)
+    arbiter.WORKERS[1] = first
+    server.assign_slot(arbiter, second)
+    arbiter.WORKERS[2] = second
+    del arbiter.WORKERS[1]  # the worker on slot 0 died
+    server.assign_slot(arbiter, replacement)
+    assert (first.slot, second.slot, replacement.slot) == (0, 1, 0)
+
+
 # --- memory and stopping (one family is enough: the same code path for all) -------------------
 
 def rss(pids):

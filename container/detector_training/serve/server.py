@@ -62,6 +62,15 @@ def worker_environment(index, env, gpus):
     return {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads, "MXNET_CPU_WORKER_NTHREADS": "1"}
 
 
+def gunicorn_options(env):
+    """gunicorn's settings for ``env`` (without the worker hooks)."""
+    return {"bind": ["0.0.0.0:%d" % env.port], "workers": env.workers, "worker_class": "sync",
+            "timeout": env.timeout, "graceful_timeout": GRACEFUL_TIMEOUT, "preload_app": False,
+            "proc_name": "detector-serve", "errorlog": "-", "loglevel": "info",
+            # no runtime-management socket (gunicornc): nothing outside SageMaker drives the server
+            "control_socket_disable": True}
+
+
 class Server(BaseApplication):
     """gunicorn configured from :class:`ServeEnvironment`, loading the model in each worker."""
 
@@ -71,17 +80,9 @@ class Server(BaseApplication):
         super().__init__(prog="serve")
 
     def load_config(self):
-        for key, value in self.options().items():
+        options = dict(gunicorn_options(self.env), pre_fork=self.assign_slot, post_fork=self.pin_worker)
+        for key, value in options.items():
             self.cfg.set(key, value)
-
-    def options(self):
-        return {"bind": ["0.0.0.0:%d" % self.env.port], "workers": self.env.workers,
-                "worker_class": "sync", "timeout": self.env.timeout,
-                "graceful_timeout": GRACEFUL_TIMEOUT, "preload_app": False,
-                "pre_fork": self.assign_slot, "post_fork": self.pin_worker,
-                "proc_name": "detector-serve", "errorlog": "-", "loglevel": "info",
-                # no runtime-management socket (gunicornc): nothing outside SageMaker drives the server
-                "control_socket_disable": True}
 
     def assign_slot(self, arbiter, worker):
         """In the master, before the fork: the lowest worker slot no live worker holds (slot i
