@@ -20,10 +20,11 @@ import sys
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
+from gunicorn.errors import HaltServer
 
 from detector_training import predict
 from detector_training.errors import ConfigError
-from detector_training.job.config import family_of
+from detector_training.families import family_of
 from detector_training.serve.environment import read_environment
 
 LOG = logging.getLogger("detector_training.serve")
@@ -131,7 +132,11 @@ def main(argv=None):
     LOG.info("serve: %s on port %d, %d worker(s), timeout %d s, payload up to %d MB%s",
              env.model_dir, env.port, env.workers, env.timeout, env.max_payload_mb,
              " (batch transform)" if env.batch else "")
-    Server(env, gpus).run()
+    try:
+        Server(env, gpus).run()
+    except HaltServer as halt:  # gunicorn raises it again when a second worker fails to boot as it stops
+        LOG.error("serve: stopped: %s", halt.reason)
+        return halt.exit_status
     return 0
 
 
