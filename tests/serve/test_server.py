@@ -22,6 +22,7 @@ from PIL import Image
 
 from conftest import BIN, wait_for
 from detector_training import predict
+from detector_training.core import model_dir as layout
 from detector_training.data.synthetic_voc import make_image
 
 FAMILIES = ("faster_rcnn", "yolo3", "mask_rcnn")
@@ -390,7 +391,7 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_well_within_30_s(train
 
 def copy_model(model_dir, target, change=None):
     os.makedirs(target)
-    for name in predict.REQUIRED_FILES:
+    for name in layout.EXPORT_FILES:
         data = open(os.path.join(model_dir, name), "rb").read()
         if change and name in change:
             data = change[name](data)
@@ -405,7 +406,7 @@ def network_is(network):
 
 @pytest.mark.parametrize("broken, status, words", [
     ({"model-0000.params": lambda data: None}, 2, "lacks model-0000.params"),
-    ({"classes.json": lambda data: b"{not json"}, 2, "cannot read classes.json"),
+    ({"classes.json": lambda data: b"{not json"}, 2, "classes.json is not valid JSON"),
     ({"config.json": network_is("ssd_512_resnet50_v1_voc")}, 2, "'ssd_512_resnet50_v1_voc', which this image does not serve"),
     ({"model-0000.params": lambda data: data[:100]}, 3, "cannot load the exported network"),
 ], ids=["missing-file", "bad-json", "other-family", "corrupt-params"])

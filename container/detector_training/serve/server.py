@@ -44,8 +44,8 @@ def visible_gpus(environ):
 def check_model(model_dir):
     """Refuse, before any worker starts, a model directory that lacks a file, has unreadable
     JSON, or was trained for a network this image does not serve. PredictError says which."""
-    _classes, config, _short, _max_size = predict.read_model_directory(model_dir)
-    network = config.get("network")
+    export, _short, _max_size = predict.read_model_directory(model_dir)
+    network = export.config.get("network")
     try:
         family_of(network)
     except (KeyError, TypeError):
@@ -116,10 +116,9 @@ def setup_logging():
     root.setLevel(logging.INFO)
 
 
-def main(argv=None):
+def main():
     """``serve``: SageMaker's inference server on this image's model directory (see module doc).
     Exits 2 with one ``serve: error:`` line for bad settings or a broken model."""
-    del argv  # SageMaker passes only the word "serve"; everything else is in the environment
     setup_logging()
     environ = dict(os.environ)
     gpus = visible_gpus(environ)
@@ -138,7 +137,3 @@ def main(argv=None):
         LOG.error("serve: stopped: %s", halt.reason)
         return halt.exit_status
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
