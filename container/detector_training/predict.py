@@ -80,7 +80,7 @@ def extract_model_files(path, parent):
         raise PredictError("not a model: %s is neither a model directory nor a model.tar.gz (%s)"
                            % (path, exc.reason)) from None
     except OSError as exc:
-        raise PredictError("cannot read model archive %s: %s" % (path, _one_line(exc))) from exc
+        raise PredictError("cannot read model archive %s: %s" % (path, one_line(exc))) from exc
 
 
 def _find_model_dir(root, archive_path):
@@ -141,7 +141,7 @@ def _load_directory(directory, source, ctx):
                                                ctx=ctx)
     except Exception as exc:  # MXNetError, AssertionError, ValueError: all mean a broken export
         raise PredictError("invalid model %s: cannot load the exported network (%s)"
-                           % (source, _one_line(exc))) from exc
+                           % (source, one_line(exc))) from exc
     return Model(net, export.classes, short, max_size, source, ctx)
 
 
@@ -185,7 +185,7 @@ def decode_image(stream, max_pixels=MAX_IMAGE_PIXELS):
     except Image.UnidentifiedImageError:
         raise BadImage("not an image: the bytes are none of %s" % ", ".join(IMAGE_FORMATS)) from None
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise BadImage("cannot decode the image: %s" % _one_line(exc)) from None
+        raise BadImage("cannot decode the image: %s" % one_line(exc)) from None
     finally:
         ImageFile.LOAD_TRUNCATED_IMAGES = previous
 
@@ -319,7 +319,7 @@ def _blend_masks(img, detections):
     return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))
 
 
-def _one_line(exc):
+def one_line(exc):
     """The first non-empty line of an exception's text (MXNet's run to many lines)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = next((line for line in lines if "Check failed" in line), lines[0] if lines else "")
@@ -362,7 +362,7 @@ def main(argv=None):
         print("detector-predict: error: %s" % exc, file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. the output directory cannot be written
-        print("detector-predict: error: %s" % _one_line(exc), file=sys.stderr)
+        print("detector-predict: error: %s" % one_line(exc), file=sys.stderr)
         return 1
     print("drew %d detection(s) with score >= %g on %s -> %s"
           % (drawn, args.threshold, args.image, args.output))

@@ -404,12 +404,17 @@ def network_is(network):
     return lambda data: json.dumps(dict(json.loads(data), network=network)).encode()
 
 
+def tiny_test_size(data):  # loads, but the RPN's proposal counts do not fit 2-pixel images
+    return json.dumps(dict(json.loads(data), short=[2], max_size=2)).encode()
+
+
 @pytest.mark.parametrize("broken, status, words", [
     ({"model-0000.params": lambda data: None}, 2, "lacks model-0000.params"),
     ({"classes.json": lambda data: b"{not json"}, 2, "classes.json is not valid JSON"),
     ({"config.json": network_is("ssd_512_resnet50_v1_voc")}, 2, "'ssd_512_resnet50_v1_voc', which this image does not serve"),
     ({"model-0000.params": lambda data: data[:100]}, 3, "cannot load the exported network"),
-], ids=["missing-file", "bad-json", "other-family", "corrupt-params"])
+    ({"config.json": tiny_test_size}, 3, "its warm-up forward pass failed (MXNetError"),
+], ids=["missing-file", "bad-json", "other-family", "corrupt-params", "forward-fails"])
 def test_a_broken_model_is_an_error_in_the_log_and_never_healthy(trained_models, tmp_path, broken, status, words):
     model_dir = copy_model(trained_models["faster_rcnn"], tmp_path / "model", broken)
     server = Served(model_dir, tmp_path / "serve.log")

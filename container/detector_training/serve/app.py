@@ -1,8 +1,8 @@
 """The WSGI application of one gunicorn worker: the model, loaded in the worker after the fork,
 a warm-up forward pass, then ``/ping``, ``/invocations`` and ``/execution-parameters``.
 
-Every answer that is not a detection is a short JSON ``{"error": "..."}``; a traceback goes to
-the log only, and an error in one request never ends the worker.
+Every error answer is a short JSON ``{"error": "..."}``; a traceback goes to the log only, and an
+error in one request never ends the worker.
 """
 
 import io
@@ -29,7 +29,11 @@ def load_worker_model(env):
     started = time.time()
     model = predict.load_model(env.model_dir, mx.gpu(0) if env.gpus else mx.cpu())
     grey = np.full((model.short, model.short * 4 // 3, 3), 127, dtype=np.uint8)
-    predict.detect_image(model, grey, threshold=1.0)
+    try:
+        predict.detect_image(model, grey, threshold=1.0)
+    except Exception as exc:  # MXNetError and friends: an export that loads but cannot run
+        raise predict.PredictError("invalid model %s: its warm-up forward pass failed (%s)"
+                                   % (env.model_dir, predict.one_line(exc))) from exc
     LOG.info("serve: model %s loaded and warmed up in %.1f s (classes %s, short %d, max_size %d)",
              env.model_dir, time.time() - started, ", ".join(model.classes), model.short,
              model.max_size)
