@@ -22,6 +22,7 @@ import io
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -158,6 +159,13 @@ def main(argv=None):
     if args.bare:
         return bare_loop("/opt/ml/model", "/bench/images", args.requests)
     scratch = tempfile.mkdtemp(prefix="serving-bench-")
+    try:
+        return measure(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(args, scratch):
     model_dir = os.path.abspath(args.model) if args.model else train_tiny_model(os.path.join(scratch, "job"))
     paths = write_images(os.path.join(scratch, "images"))
     bodies = [open(p, "rb").read() for p in paths]
