@@ -1,123 +1,22 @@
-"""`serve` as SageMaker runs it: the real gunicorn on loopback, in front of models that tiny real
-jobs of each family wrote. /ping only after the warm-up, every answer format, every bad input a
-short JSON 4xx with the same workers still serving, many concurrent clients, memory flat over a
-bounded loop, SIGTERM while a request is in flight, and broken models that never turn healthy."""
+"""`serve` as SageMaker runs it: the real gunicorn on loopback in front of a model a tiny real job
+wrote. /ping only after the warm-up, gunicorn's settings and the workers' devices, memory flat
+over a bounded loop, SIGTERM while a request is in flight, and broken models that never turn
+healthy."""
 
-import concurrent.futures
 import http.client
-import io
 import json
 import os
-import random
 import signal
-import socket
-import subprocess
 import time
 
-import numpy as np
 import psutil
 import pytest
 import requests
-from PIL import Image
 
-from conftest import BIN, wait_for
-from detector_training import predict
+from conftest import wait_for
 from detector_training.core import model_dir as layout
-from detector_training.data.synthetic_voc import make_image
+from served import Served, bad_requests, shapes  # noqa: F401 (fixture)
 
-FAMILIES = ("faster_rcnn", "yolo3", "mask_rcnn")
-CLASSES = ["circle", "square", "triangle"]
-EVERYTHING = {"X-Amzn-SageMaker-Custom-Attributes": "threshold=0"}
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class Served:
-    """One `serve` process (the gunicorn master) on a loopback port, its log in a file."""
-
-    def __init__(self, model_dir, log_path, **environ):
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.log_path = str(log_path)
-        env = dict(os.environ, DETECTOR_MODEL_DIR=str(model_dir), SAGEMAKER_BIND_TO_PORT=str(self.port),
-                   PYTHONUNBUFFERED="1", **environ)
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen([os.path.join(BIN, "serve")], stdout=log,
-                                         stderr=subprocess.STDOUT, env=env)
-
-    @property
-    def log(self):
-        return open(self.log_path).read()
-
-    def ping(self):
-        try:
-            return requests.get(self.url + "/ping", timeout=2).status_code
-        except requests.RequestException:
-            return None
-
-    def wait_healthy(self, timeout=240):
-        assert wait_for(lambda: self.ping() == 200, timeout, self.proc), self.log[-4000:]
-        return self
-
-    def workers(self):
-        return sorted(child.pid for child in psutil.Process(self.proc.pid).children())
-
-    def invoke(self, body, content_type="image/jpeg", **headers):
-        return requests.post(self.url + "/invocations", data=body, timeout=120,
-                             headers=dict(headers, **{"Content-Type": content_type}))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def encoded(img, fmt="JPEG", **options):
-    buffer = io.BytesIO()
-    img.save(buffer, format=fmt, **options)
-    return buffer.getvalue()
-
-
-@pytest.fixture(scope="module")
-def shapes():
-    """A generated picture of shapes, enlarged (the network sees it smaller), and its JPEG."""
-    img, _objects = make_image(random.Random(5), CLASSES)
-    img = img.resize((img.width * 2, img.height * 2), Image.NEAREST)
-    return img, encoded(img, quality=95)
-
-
-@pytest.fixture(scope="module", params=FAMILIES)
-def served(request, trained_models, tmp_path_factory):
-    """(family, model directory, server with two workers) for each family."""
-    family = request.param
-    model_dir = trained_models[family]
-    server = Served(model_dir, tmp_path_factory.mktemp("serve") / "serve.log",
-                    SAGEMAKER_MODEL_SERVER_WORKERS="2")
-    try:
-        server.wait_healthy()
-        assert wait_for(lambda: server.log.count("loaded and warmed up") == 2, 120), server.log[-3000:]
-        yield family, model_dir, server
-    finally:
-        server.stop()
-
-
-def expected_detections(model_dir, body, cache={}):
-    """What predict's own functions find in the image ``body`` at threshold 0 (the reference the
-    server must match), with the model loaded in this process."""
-    if model_dir not in cache:
-        cache[model_dir] = predict.load_model(model_dir)
-    return predict.detect_image(cache[model_dir], predict.decode_image(io.BytesIO(body)), 0.0)
-
-
-# --- the contract ------------------------------------------------------------------------------
 
 def test_ping_turns_healthy_only_after_the_warm_up(trained_models, tmp_path):
     server = Served(trained_models["faster_rcnn"], tmp_path / "serve.log", SAGEMAKER_MODEL_SERVER_WORKERS="1")
@@ -129,159 +28,6 @@ def test_ping_turns_healthy_only_after_the_warm_up(trained_models, tmp_path):
         assert seen[-1] == (200, True)
         assert all(status != 200 for status, _warm in seen[:-1])
         assert any(status is None for status, _warm in seen)  # it was polled before it could answer
-    finally:
-        server.stop()
-
-
-def test_each_worker_loads_its_model_and_mxnet_stays_out_of_the_master(served):
-    family, model_dir, server = served
-    log = server.log
-    assert log.count("loaded and warmed up") == 2  # each of the two workers loads its own model
-    assert "serve: worker 0 (pid" in log and "serve: worker 1 (pid" in log and "1 CPU thread(s)" in log
-    maps = lambda pid: open("/proc/%d/maps" % pid).read()
-    assert "libmxnet" not in maps(server.proc.pid)
-    assert all("libmxnet" in maps(pid) for pid in server.workers())
-    assert requests.get(server.url + "/execution-parameters", timeout=5).json() == {
-        "MaxConcurrentTransforms": 2, "BatchStrategy": "SingleRecord", "MaxPayloadInMB": 6}
-
-
-def test_default_answer_is_the_builtin_algorithms_form(served, shapes):
-    family, model_dir, server = served
-    img, jpeg = shapes
-    answer = server.invoke(jpeg, "application/octet-stream", **EVERYTHING)  # the SDK's default request
-    assert answer.status_code == 200 and answer.headers["Content-Type"] == "application/json"
-    prediction = answer.json()["prediction"]
-    expected = expected_detections(model_dir, jpeg)
-    assert len(prediction) == len(expected) > 0
-    for row, det in zip(prediction, expected):
-        assert row[0] == CLASSES.index(det["class"])
-        np.testing.assert_allclose(row[1:], [det["score"], det["box"][0] / img.width, det["box"][1] / img.height,
-                                             det["box"][2] / img.width, det["box"][3] / img.height], atol=1e-4)
-    assert all(0.0 <= v <= 1.0 for row in prediction for v in row[1:])
-    scores = [row[1] for row in prediction]
-    assert scores == sorted(scores, reverse=True)
-
-
-def test_verbose_answer_is_what_detector_predict_writes(served, shapes):
-    family, model_dir, server = served
-    img, jpeg = shapes
-    answer = server.invoke(jpeg, Accept="application/json;verbose", **EVERYTHING)
-    assert answer.status_code == 200
-    found = answer.json()
-    expected = expected_detections(model_dir, jpeg)
-    assert [d["class"] for d in found] == [d["class"] for d in expected]
-    np.testing.assert_allclose([d["box"] + [d["score"]] for d in found],
-                               [d["box"] + [d["score"]] for d in expected], atol=1e-3)
-    if family == "mask_rcnn":
-        assert all(d["mask"]["size"] == [img.height, img.width] for d in found)
-        assert [d["mask"] for d in found] == [d["mask"] for d in expected]
-    else:
-        assert all(set(d) == {"class", "score", "box"} for d in found)
-
-
-def test_json_lines_and_custom_attributes(served, shapes):
-    family, model_dir, server = served
-    img, jpeg = shapes
-    line = server.invoke(jpeg, "image/jpeg", Accept="application/jsonlines",
-                         **{"X-Amzn-SageMaker-Custom-Attributes": "threshold=0, max_detections=3"})
-    assert line.status_code == 200 and line.headers["Content-Type"] == "application/jsonlines"
-    assert line.content.endswith(b"\n") and line.content.count(b"\n") == 1
-    every = expected_detections(model_dir, jpeg)
-    assert len(json.loads(line.content)["prediction"]) == min(3, len(every))
-    cut = every[len(every) // 2]["score"]
-    kept = server.invoke(jpeg, **{"X-Amzn-SageMaker-Custom-Attributes": "threshold=%r" % cut}).json()
-    assert [row[1] for row in kept["prediction"]] == pytest.approx([d["score"] for d in every if d["score"] >= cut])
-
-
-@pytest.mark.parametrize("mode, fmt, content_type", [
-    ("L", "PNG", "image/png"), ("RGBA", "PNG", "application/x-image"), ("P", "PNG", "image/png"),
-    ("I;16", "PNG", "image/png"), ("CMYK", "JPEG", "image/jpeg")])
-def test_grey_rgba_16_bit_and_cmyk_images_are_converted_not_refused(served, shapes, mode, fmt, content_type):
-    family, model_dir, server = served
-    img, _jpeg = shapes
-    if mode == "I;16":  # 16-bit grey, as a 16-bit PNG stores it
-        converted = Image.fromarray(np.asarray(img.convert("L"), dtype=np.uint16) * 257)
-    else:
-        converted = img.convert(mode)
-    body = encoded(converted, fmt)
-    answer = server.invoke(body, content_type, Accept="application/json;verbose", **EVERYTHING)
-    assert answer.status_code == 200, answer.text
-    expected = expected_detections(model_dir, body)
-    assert [d["class"] for d in answer.json()] == [d["class"] for d in expected] and expected
-
-
-# --- bad input ---------------------------------------------------------------------------------
-
-def bomb_png():
-    """A PNG of a few kilobytes that declares 9000 x 9000 pixels (81 M, over the 64 M cap)."""
-    return encoded(Image.new("1", (9000, 9000)), "PNG")
-
-
-def bad_requests(jpeg):
-    return [
-        ("not an image", dict(body=b"this is not an image"), 400, "not an image"),
-        ("truncated JPEG", dict(body=jpeg[: len(jpeg) // 2]), 400, "truncated"),
-        ("decompression bomb", dict(body=bomb_png(), content_type="image/png"), 400, "too large"),
-        ("over the payload limit", dict(body=b"\xff" * (6 * 1024 * 1024 + 1)), 413, "over 6 MB"),
-        ("unsupported Content-Type", dict(body=jpeg, content_type="text/csv"), 415, "Content-Type"),
-        ("unsupported Accept", dict(body=jpeg, Accept="text/csv"), 406, "Accept"),
-        ("malformed attributes", dict(body=jpeg, **{"X-Amzn-SageMaker-Custom-Attributes": "threshold=high"}),
-         400, "custom attributes"),
-        ("empty body", dict(body=b""), 400, "empty body"),
-    ]
-
-
-def test_every_bad_input_is_a_short_json_4xx_and_the_same_workers_go_on(served, shapes):
-    family, model_dir, server = served
-    img, jpeg = shapes
-    workers = server.workers()
-    for what, request, status, words in bad_requests(jpeg):
-        request = dict(request)
-        answer = server.invoke(request.pop("body"), request.pop("content_type", "image/jpeg"), **request)
-        assert answer.status_code == status, (what, answer.text)
-        assert answer.headers["Content-Type"] == "application/json", what
-        assert set(answer.json()) == {"error"} and words in answer.json()["error"], (what, answer.text)
-        assert len(answer.content) < 400 and "Traceback" not in answer.text, what
-        assert server.invoke(jpeg).status_code == 200, what
-    assert server.workers() == workers  # no worker died or was replaced
-    assert server.ping() == 200
-    assert "Traceback" not in server.log
-
-
-def test_many_concurrent_clients_get_the_same_answer(served, shapes):
-    family, model_dir, server = served
-    img, jpeg = shapes
-    reference = server.invoke(jpeg, **EVERYTHING).json()
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda _: server.invoke(jpeg, **EVERYTHING), range(24)))
-    assert [a.status_code for a in answers] == [200] * 24
-    for answer in answers:
-        np.testing.assert_allclose(np.array(answer.json()["prediction"]), np.array(reference["prediction"]),
-                                   atol=1e-5)
-
-
-def test_other_paths_and_methods_are_json_404_and_405(served):
-    family, model_dir, server = served
-    missing = requests.get(server.url + "/predict", timeout=10)
-    wrong = requests.get(server.url + "/invocations", timeout=10)
-    assert (missing.status_code, wrong.status_code) == (404, 405)
-    assert set(missing.json()) == set(wrong.json()) == {"error"}
-
-
-def test_batch_transform_settings_and_default_attributes_from_the_environment(trained_models, shapes, tmp_path):
-    img, jpeg = shapes
-    server = Served(trained_models["faster_rcnn"], tmp_path / "serve.log", SAGEMAKER_BATCH="true",
-                    SAGEMAKER_MAX_PAYLOAD_IN_MB="1", SAGEMAKER_MODEL_SERVER_WORKERS="1",
-                    DETECTOR_SCORE_THRESHOLD="0", DETECTOR_MAX_DETECTIONS="2")
-    try:
-        server.wait_healthy()
-        assert requests.get(server.url + "/execution-parameters", timeout=5).json() == {
-            "MaxConcurrentTransforms": 1, "BatchStrategy": "SingleRecord", "MaxPayloadInMB": 1}
-        answer = server.invoke(jpeg)
-        assert answer.headers["Content-Type"] == "application/jsonlines" and answer.content.endswith(b"\n")
-        assert len(json.loads(answer.content)["prediction"]) == 2  # threshold 0, at most 2
-        too_big = server.invoke(b"\xff" * (1024 * 1024 + 1))
-        assert too_big.status_code == 413 and "over 1 MB" in too_big.json()["error"]
     finally:
         server.stop()
 
