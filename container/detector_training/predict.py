@@ -103,9 +103,9 @@ def _test_size(config, field, default, source):
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
-            or not 32 <= value <= MAX_SIDE:
+            or not 1 <= value <= MAX_SIDE:
         raise PredictError("invalid model %s: config.json field %s is %s; it must be a whole number of "
-                           "pixels from 32 to %d" % (source, field, json_preview(config.get(field)), MAX_SIDE))
+                           "pixels from 1 to %d" % (source, field, json_preview(config.get(field)), MAX_SIDE))
     return int(value)
 
 
