@@ -217,7 +217,8 @@ def run_job(config, env, dist, stop):
 def data_root(config, env, world):
     """The dataset's root: the COCO-format channel, or the VOC tree acquired once per host."""
     if config.dataset == "coco":
-        return env.require_coco_dir()
+        # Annotation files named by path lie anywhere inside the channels.
+        return env.paths.channels_dir if config.train_annotation_file else env.require_coco_dir()
     from detector_training.data.sources import FetchOptions
     from detector_training.data.voc_fetch import acquire_voc
 
@@ -225,7 +226,9 @@ def data_root(config, env, world):
 
 
 def load_config(env):
-    return config_mod.from_hyperparameters(env.hyperparameters)
+    from detector_training.job.config_file import hyperparameters_over_file
+
+    return config_mod.from_hyperparameters(hyperparameters_over_file(env))
 
 
 def job_main(base=None, install_signals=True):

@@ -78,3 +78,11 @@ def read_small_json(path, cap):
     if len(data) > cap:
         raise TooLarge("%s is larger than %d bytes" % (os.path.basename(path), cap))
     return json.loads(data.decode("utf-8"))
+
+
+def path_inside(root, path):
+    """``path`` (absolute, or relative to ``root``) as a real path, if it lies inside ``root``
+    after every ``..`` and symbolic link is resolved; None when it leaves ``root``."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(real_root, path))
+    return real if real == real_root or real.startswith(real_root + os.sep) else None
