@@ -106,6 +106,7 @@ def run_job(config, env, dist, stop):
                                                StopHook, ValidationHook)
     from detector_training.core.evaluation import validate
     from detector_training.core.model_dir import ModelDirectory
+    from detector_training.core.tensorboard_events import TensorBoardHook
     from detector_training.core.solver import init_amp, lr_at, make_trainer
     from detector_training.data.datasets import steps_per_epoch
     from detector_training.job.guards import adapt_workers, check_gpu_runs
@@ -189,6 +190,7 @@ def run_job(config, env, dist, stop):
                                                        dist, config, datasets, scratch),
                        lambda engine: model_dir.save_best(engine.net, engine.last_validation),
                        scores=family.score_names, objective=family.objective),
+        TensorBoardHook(env.paths.tensorboard_dir, effective),
         checkpoints,
         FinalModelHook(lambda engine: model_dir.write_final(
             family=family, config=config, net=engine.net, classes=datasets.classes,

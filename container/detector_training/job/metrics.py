@@ -31,7 +31,9 @@ VALIDATION_SCORES = {
 }
 _TRAIN = tuple(dict.fromkeys(n for names in TRAIN_METRICS.values() for n in names))
 _SCORES = tuple(dict.fromkeys(n for names in VALIDATION_SCORES.values() for n in names))
-_COMMON = ("train:speed", "train:data_wait_pct", "train:lr")
+# This rank's step time split (seconds per step): waiting for data, forward/backward, the update.
+STEP_TIMES = ("step_data", "step_forward_backward", "step_update")
+_COMMON = ("train:speed", "train:data_wait_pct", "train:lr") + tuple("train:%s_s" % n for n in STEP_TIMES)
 
 METRIC_DEFINITIONS = (
     [{"Name": "train:%s" % name, "Regex": r"\] summary: .* %s=%s" % (name, _NUMBER)} for name in _TRAIN]
@@ -40,6 +42,8 @@ METRIC_DEFINITIONS = (
         {"Name": "train:data_wait_pct", "Regex": r"\] summary: .* data_wait=%s%%" % _NUMBER},
         {"Name": "train:lr", "Regex": r"\] summary: .* lr=%s" % _NUMBER},
     ]
+    + [{"Name": "train:%s_s" % name, "Regex": r"\] summary: .* %s=%ss" % (name, _NUMBER)}
+       for name in STEP_TIMES]
     # validation: epoch=3 images=24 time=10.2s mAP=0.2604 AP50=0.2604 [mask_mAP=... mask_AP50=...]
     + [{"Name": "validation:%s" % name,
         "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ %s%s=%s" % (
