@@ -484,6 +484,14 @@ def from_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     ``extra_keys`` are keys another layer owns (launch settings); they are accepted and ignored
     here. All problems are reported together, each naming the key, the value and what was expected.
     """
+    config = TrainConfig(**parse_hyperparameters(hyperparameters, extra_keys))
+    validate(config)
+    return config
+
+
+def parse_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
+    """Each hyperparameter parsed on its own ({name: typed value}); a ConfigError naming every
+    unknown name and every value that does not parse. Rules across fields are ``validate``'s."""
     ours, _ = split_reserved(hyperparameters)
     values, problems = {}, []
     for key, raw in sorted(ours.items()):
@@ -513,9 +521,7 @@ def from_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     if problems:
         raise ConfigError("invalid hyperparameters: " + "; ".join(problems) + ".",
                           "correct the hyperparameters named above (see the README's table).")
-    config = TrainConfig(**values)
-    validate(config)
-    return config
+    return values
 
 
 def validate(config):
