@@ -121,3 +121,17 @@ def test_the_written_config_json_given_back_as_the_config_file_reproduces_the_ru
     # Same configuration, same seeds, same data: the same losses and the same validation.
     assert learned(model_file(replay, "history.json")) == learned(model_file(first, "history.json"))
     assert model_file(replay, "validation.json") == model_file(first, "validation.json")
+
+
+def test_a_bad_config_file_fails_the_job_before_anything_starts_with_key_and_line(job_dir):
+    base = make_job(job_dir, {})
+    write_config(base, "bad.yaml", "train:\n  epochs: 2\n  lrr: 0.1\nmodel:\n  network: resnet50_v1\n", {})
+    result = subprocess.run([os.path.join(BIN, "train")], capture_output=True, text=True, timeout=300,
+                            env=train_env(base))
+    assert result.returncode != 0
+    with open(os.path.join(base, "output", "failure")) as handle:
+        failure = handle.read()
+    assert failure.startswith("ConfigError: config file config/bad.yaml: line 3: train.lrr: unknown key "
+                              "(did you mean 'lr'?); line 5: model.network: resnet50_v1 is neither")
+    assert failure.strip() in result.stdout  # the same reason in the log
+    assert "launch:" not in result.stdout and "Traceback" not in failure
