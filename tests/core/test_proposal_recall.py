@@ -5,7 +5,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from detector_training.core.proposal_recall import RecallCounter, recall, recalled, rpn_proposals
+from detector_training.core.proposal_recall import recall, recalled, recalled_per_image, rpn_proposals
 from detector_training.families import build_network
 from detector_training.job.config import from_hyperparameters
 
@@ -34,7 +34,6 @@ def test_the_proposals_are_the_networks_inference_proposals_in_image_pixels(netw
     assert boxes.shape == (1, net._rpn_test_post_nms, 4)  # pylint: disable=protected-access
     kept = boxes[0][(boxes[0, :, 2] - boxes[0, :, 0] > 2) & (boxes[0, :, 3] - boxes[0, :, 1] > 2)]
     assert len(kept) and kept[:, 0].min() >= 0 and kept[:, 2].max() <= 160 and kept[:, 3].max() <= 128
-    counter = RecallCounter(net)
-    counter.add(x, [kept[0], [0, 0, 1, 1]])  # a proposal itself is recalled; a 1-pixel box is not
-    counter.add(x, kept[:1] / 2.0, scale=2.0)  # ground truth in the original (half-size) image
-    assert counter.counts == (2, 3)
+    images = [(x, [kept[0], [0, 0, 1, 1]], 1.0),  # a proposal itself is recalled; a 1-pixel box is not
+              (x, kept[:1] / 2.0, 2.0)]  # ground truth in the original (half-size) image
+    assert recalled_per_image(net, images, mx.cpu()) == [(1, 2), (1, 1)]

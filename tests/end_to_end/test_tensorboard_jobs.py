@@ -26,7 +26,7 @@ def test_a_stopped_and_resumed_two_rank_job_continues_its_curves(job_dir):
     for name in ("rcnn_cls_loss", "speed", "data_wait_pct", "step_data_s", "step_forward_backward_s",
                  "step_update_s"):
         assert [e.step for e in events.Scalars("epoch/" + name)] == [steps, 2 * steps], name
-    for name in ("validation/mAP", "validation/AP50", "validation/time_s"):
+    for name in ("validation/mAP", "validation/AP50", "validation/rpn_recall", "validation/time_s"):
         assert [e.step for e in events.Scalars(name)] == [steps, 2 * steps], name
     assert {t for t in tags if t.startswith("per_class_AP/")} == {
         "per_class_AP/circle", "per_class_AP/square", "per_class_AP/triangle"}

@@ -4,8 +4,9 @@ of the region proposal network's proposals overlaps with IoU >= ``RECALL_IOU``.
 It says whether the second stage can find an object at all: a box no proposal covers is lost
 whatever the R-CNN head learns. The proposals are the ones the network's inference makes (its
 test-time count after NMS), computed from the backbone's features by the network's own RPN; the
-overlaps are GluonCV's ``bbox_iou``. Each rank counts its shard; the counts are added over ranks
-with the rest of the validation results.
+overlaps are GluonCV's ``bbox_iou``. Each rank counts its shard in a pass of its own over the
+validation images (the backbone runs again: validation takes longer by about that); the counts
+are added over ranks with the rest of the validation results.
 """
 
 import numpy as np
@@ -40,25 +41,12 @@ def recalled(proposals, gt_boxes, iou=RECALL_IOU):
     return int((best >= iou).sum()), len(gt_boxes)
 
 
-class RecallCounter:
-    """Counts one rank's recalled and total ground-truth boxes over its validation images."""
-
-    def __init__(self, net):
-        self.net = net
-        self.hits = 0
-        self.total = 0
-
-    def add(self, x, gt_boxes, scale=1.0):
-        """One image ``x`` (1, 3, H, W) and its ground-truth corners, which are in x's pixels
-        divided by ``scale`` (the original image's, when x was resized by ``scale``)."""
-        proposals = rpn_proposals(self.net, x)[0].asnumpy() / scale
-        hits, total = recalled(proposals, gt_boxes)
-        self.hits += hits
-        self.total += total
-
-    @property
-    def counts(self):
-        return self.hits, self.total
+def recalled_per_image(net, images, ctx):
+    """(recalled, total) ground-truth boxes for each ``(x, gt_boxes, scale)`` of ``images``, in
+    order: ``x`` one image (1, 3, H, W), ``gt_boxes`` its corners in x's pixels divided by
+    ``scale`` (the original image's, when x was resized by ``scale``)."""
+    return [recalled(rpn_proposals(net, x.as_in_context(ctx))[0].asnumpy() / scale, gt_boxes)
+            for x, gt_boxes, scale in images]
 
 
 def recall(counts):

@@ -6,7 +6,8 @@ not anchored. Training metrics come from the per-epoch summary line (one point p
 over all ranks); ``validation:mAP`` is the tuning objective: VOC07 mAP at IoU 0.5 for voc and
 custom, COCO's AP at IoU 0.50:0.95 for coco, always a fraction. ``validation:AP50`` is the AP at
 IoU 0.5 (for VOC the same number as the mAP). Mask R-CNN jobs add ``validation:mask_mAP`` and
-``validation:mask_AP50`` (COCO's mask AP); their ``validation:mAP`` is the box AP. The list holds
+``validation:mask_AP50`` (COCO's mask AP); their ``validation:mAP`` is the box AP. Both R-CNN
+families add ``validation:rpn_recall`` (core/proposal_recall.py). The list holds
 every family's definitions; ``definitions_for(family)`` those a family's job writes lines for.
 """
 
@@ -25,8 +26,8 @@ TRAIN_METRICS = {
 # Each family's validation scores as its validation line names them, in that order (the
 # families' score_names; a test keeps the two equal).
 VALIDATION_SCORES = {
-    "faster_rcnn": ("mAP", "AP50"),
-    "mask_rcnn": ("mAP", "AP50", "mask_mAP", "mask_AP50"),
+    "faster_rcnn": ("mAP", "AP50", "rpn_recall"),
+    "mask_rcnn": ("mAP", "AP50", "mask_mAP", "mask_AP50", "rpn_recall"),
     "yolo3": ("mAP", "AP50"),
 }
 _TRAIN = tuple(dict.fromkeys(n for names in TRAIN_METRICS.values() for n in names))
@@ -45,10 +46,10 @@ METRIC_DEFINITIONS = (
     + [{"Name": "train:%s_s" % name, "Regex": r"\] summary: .* %s=%ss" % (name, _NUMBER)}
        for name in STEP_TIMES]
     # validation: epoch=3 images=24 time=10.2s mAP=0.2604 AP50=0.2604 [mask_mAP=... mask_AP50=...]
+    # rpn_recall=0.91; a score is found by its name after a space (mAP is not mask_mAP's tail).
     + [{"Name": "validation:%s" % name,
-        "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ %s%s=%s" % (
-            "".join(r"%s=\S+ " % before for before in _SCORES[:i]), name, _NUMBER)}
-       for i, name in enumerate(_SCORES)]
+        "Regex": r"validation: epoch=\d+ images=\d+ time=\S+.* %s=%s" % (name, _NUMBER)}
+       for name in _SCORES]
 )
 
 OBJECTIVE_METRIC = "validation:mAP"
