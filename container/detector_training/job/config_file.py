@@ -145,8 +145,7 @@ def read_text(path):
 class _Translation:
     """The walk from a parsed file to flat hyperparameters, collecting every problem."""
 
-    def __init__(self, name, channels_dir):
-        self.name = name
+    def __init__(self, channels_dir):
         self.channels_dir = channels_dir
         self.values = {}  # hyperparameter -> value
         self.origin = {}  # hyperparameter -> (line, dotted key)
@@ -314,7 +313,7 @@ def _shown(value):
 def read_config_file(path, channels_dir, name=None):
     """The hyperparameters a config file sets (flat names; values as the file has them)."""
     name = name or path
-    translation = _Translation(name, channels_dir)
+    translation = _Translation(channels_dir)
     translation.walk(parse(read_text(path), name))
     if translation.problems:
         raise ConfigError("config file %s: %s." % (name, "; ".join(translation.problems)),
