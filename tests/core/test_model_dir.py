@@ -13,6 +13,7 @@ class _Net:
 
 class _Family:
     loss_names = ("a_loss",)
+    report_columns = (("AP", "per_class", "mAP"),)
 
     def __init__(self):
         self.exported = None

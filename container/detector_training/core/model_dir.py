@@ -49,7 +49,8 @@ class ModelDirectory:
         from detector_training.core.report import write_report
 
         try:
-            write_report(self.path, history, validation, list(classes), family.loss_names)
+            write_report(self.path, history, validation, list(classes), family.loss_names,
+                         family.report_columns)
         except Exception as exc:  # the report is a convenience: it must never fail a trained job
             LOG.warning("report: not written (%s: %s)", type(exc).__name__, exc)
         LOG.info("model: written to %s", self.path)

@@ -30,9 +30,11 @@ import re
 
 import yaml
 
+from detector_training import families
 from detector_training.core.files import path_inside
 from detector_training.errors import ConfigError
 from detector_training.job import config as config_mod
+from detector_training.values import decode
 
 LOG = logging.getLogger("detector_training")
 
@@ -260,7 +262,7 @@ class _Translation:
             return
         name = network_name(network, use_fpn)
         if name is None:
-            hint = _nearest(str(network), config_mod.NETWORKS + backbones())
+            hint = _nearest(str(network), families.network_names() + backbones())
             self.problem(line, "model.network", "%s%s is neither a network name nor a backbone of "
                                                 "one%s" % (_shown(network), " with use_fpn" if use_fpn else "",
                                                            " (did you mean '%s'?)" % hint if hint else ""))
@@ -275,16 +277,17 @@ def network_name(network, use_fpn=None):
     if not isinstance(network, str):
         return None
     network = network.strip()
-    if network in config_mod.NETWORKS:
+    if network in families.network_names():
         return network if use_fpn is None or use_fpn == ("_fpn_" in network) else None
     prefix = "faster_rcnn_fpn_" if use_fpn else "faster_rcnn_"
     return next((name for name in (prefix + network + "_coco", prefix + network + "_voc")
-                 if name in config_mod.NETWORKS), None)
+                 if name in families.network_names()), None)
 
 
 def backbones():
     """The backbones ``network_name`` composes a Faster R-CNN network from."""
-    found = (re.match(r"faster_rcnn_(?:fpn_)?(.+)_(?:coco|voc)$", n) for n in config_mod.NETWORKS)
+    found = (re.match(r"faster_rcnn_(?:fpn_)?(.+)_(?:coco|voc)$", n)
+             for n in families.get_by_name("faster_rcnn").networks)
     return tuple(sorted({m.group(1) for m in found if m}))
 
 
@@ -330,7 +333,7 @@ def config_file_path(env):
     channels = env.paths.channels_dir
     raw = env.hyperparameters.get(CONFIG_FILE_KEY)
     if raw is not None:
-        value = config_mod.decode(raw)
+        value = decode(raw)
         if not isinstance(value, str) or not value.strip():
             raise ConfigError("config_file=%s: expected a path inside the job's channels." % _shown(raw),
                               "name the file relative to %s, e.g. config/experiment.yaml." % channels)

@@ -62,7 +62,7 @@ def processes_per_host(raw_value, gpus):
     """GPU count (1 on CPU) unless the hyperparameter ``processes_per_host`` says otherwise."""
     if raw_value is None:
         return max(1, gpus)
-    from detector_training.job.config import decode, parse_int
+    from detector_training.values import decode, parse_int
 
     try:
         value = parse_int(decode(raw_value))
