@@ -30,7 +30,7 @@ def failure_of(base):
 
 def test_train_is_our_entrypoint_on_path():
     script = open(shutil.which("train", path=BIN)).read()
-    assert "detector_training.job.launcher" in script
+    assert "detector_training.commands" in script
 
 
 def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):

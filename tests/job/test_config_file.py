@@ -10,9 +10,8 @@ import pytest
 
 from detector_training.errors import ConfigError
 from detector_training.job import config as cfg
-from detector_training.job.config_file import hyperparameters_over_file, read_config_file
+from detector_training.job.config_file import hyperparameters_over_file, load_config, read_config_file
 from detector_training.job.sm_env import Environment
-from detector_training.main import load_config
 
 SEED_YAML = """\
 # a file written for the seed trainer

@@ -375,3 +375,7 @@ def hyperparameters_over_file(env):
              name, len(values), ", ".join(overridden) or "none of them")
     return dict(values, **hyperparameters)
 
+
+def load_config(env):
+    """The job's typed configuration: its hyperparameters over its config file, if it has one."""
+    return config_mod.from_hyperparameters(hyperparameters_over_file(env))

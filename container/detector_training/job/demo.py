@@ -5,11 +5,9 @@ one rank, through mpirun for ``processes_per_host`` > 1."""
 import argparse
 import json
 import os
-import sys
 
 from detector_training import families
 from detector_training.families.base import DetectorFamily
-from detector_training.job.launcher import main as train_main
 
 DEFAULT_NETWORK = "faster_rcnn_resnet18_v1b_voc"  # `make run` without --set network=...
 DEMO_IMAGES = DetectorFamily.demo_images  # the generated dataset's size unless a family differs
@@ -57,7 +55,9 @@ def prepare_run_tree(base, hyperparameters, n_train=DEMO_IMAGES["n_train"],
     return base
 
 
-def run_cli(argv=None):
+def run_cli(train, argv=None):
+    """``detector-run``: prepare the tree, run ``train()`` (the container's ``train``, wired by
+    detector_training.commands) on it; the exit code."""
     parser = argparse.ArgumentParser(
         description="Generate a small dataset (VOC-format; COCO-format with dataset=coco or a "
                     "mask_rcnn_* network) and run the training job on it (CPU).")
@@ -69,11 +69,11 @@ def run_cli(argv=None):
     base = os.path.abspath(args.output)
     prepare_run_tree(base, hyperparameters, **run_images(hyperparameters))
     os.environ["SAGEMAKER_BASE_DIR"] = base  # where `train` reads the job
-    code = train_main()
+    code = train()
     model_dir = os.path.join(base, "model")
     if code == 0:
         print("model directory: %s" % model_dir)
         print("files: %s" % ", ".join(sorted(os.listdir(model_dir))))
     else:
         print("job failed; reason in %s" % os.path.join(base, "output", "failure"))
-    sys.exit(code)
+    return code

@@ -45,10 +45,6 @@ class JobPaths:
         return self._p("output")
 
     @property
-    def output_data_dir(self):
-        return self._p("output", "data")
-
-    @property
     def tensorboard_dir(self):
         """Synced to S3 while the job runs when it has a TensorBoardOutputConfig."""
         return self._p("output", "tensorboard")
