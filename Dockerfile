@@ -96,10 +96,14 @@ COPY --from=horovod-build /opt/detector-training/cuda-stub/ /opt/detector-traini
 COPY docker/pretrained/ /opt/detector-training/pretrained/
 ENV DETECTOR_PRETRAINED_DIR=/opt/detector-training/pretrained
 
-# The project itself, last: it changes most often. Its `train` replaces the toolkit's on PATH.
+# The project itself, last: it changes most often.
 COPY container/ /opt/detector-training/container/
 RUN pip install -q -c /opt/detector-training/constraints.txt --no-build-isolation /opt/detector-training/container \
  && rm -rf /opt/detector-training/container/build
+# What the image runs (`train`: SageMaker's `docker run IMAGE train`), first on PATH: ahead of
+# /opt/venv/bin, where the sagemaker-training toolkit installs a `train` of its own.
+COPY entrypoint/ /opt/detector-training/entrypoint/
+ENV PATH=/opt/detector-training/entrypoint:${PATH}
 
 # Build-time check: the variant's mxnet and Horovod, every shared library resolves, pip check,
 # the networks build offline (docker/build_check.py).

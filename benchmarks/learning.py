@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from detector_training.job.demo import RUN_DEFAULTS, prepare_run_tree, run_hyperparameters
+from detector_training.job.demo import prepare_run_tree, run_hyperparameters
 from detector_training.data.synthetic_coco import generate as generate_coco
 from detector_training.data.synthetic_voc import generate as generate_voc
 
@@ -60,12 +60,12 @@ DATASETS = {"demo": "shapes", "other": "other"}
 def faster_rcnn_hyperparameters(epochs):
     """The demo preset of `make run` (cosine decay to zero, so no lr_decay_epoch), trained for
     `epochs`; validation every 4th epoch and after the last (the job's mAP is the last one)."""
-    return dict(RUN_DEFAULTS, epochs=str(epochs), train_splits="2007_trainval", log_interval="50")
+    return dict(run_hyperparameters({}), epochs=str(epochs), train_splits="2007_trainval", log_interval="50")
 
 
 def yolo3_hyperparameters(epochs):
     """The README's YOLOv3 CPU settings (128x128, batch 8, cosine schedule, clipped gradients)."""
-    return dict(RUN_DEFAULTS, network="yolo3_mobilenet0.25_voc", short="128", batch_size="8",
+    return dict(run_hyperparameters({}), network="yolo3_mobilenet0.25_voc", short="128", batch_size="8",
                 lr="0.004", lr_base_batch_size="8", lr_warmup="30", lr_mode="cosine",
                 clip_gradient="5", epochs=str(epochs), lr_decay_epoch=str(max(1, epochs - 1)),
                 train_splits="2007_trainval", log_interval="100")

@@ -6,7 +6,7 @@ Without a GPU it proves what it can: the variant's mxnet build (CUDA, cuDNN, NCC
 CPU), Horovod with MXNet, MPI, Gloo (and NCCL on GPU), every shared library of mxnet and Horovod
 resolving through the image's own loader path (only the driver's libcuda.so.1 is left to the
 host: NVIDIA's stub, named by LD_LIBRARY_PATH for this command only, stands in for it here),
-pip check, the project's `train` on PATH, and the networks building with pretrained_base=False.
+pip check, the project's `train` (entrypoint/) first on PATH, and the networks building with pretrained_base=False.
 """
 
 import argparse
@@ -20,6 +20,8 @@ import sys
 # The one library the image must not bring: the host's driver provides it at run time.
 DRIVER = "libcuda.so.1"
 GPU_FEATURES = ("CUDA", "CUDNN", "NCCL")
+# The executables the image runs (the repository's entrypoint/), first on PATH.
+ENTRYPOINT_DIR = "/opt/detector-training/entrypoint"
 
 
 def missing_libraries(path, env):
@@ -83,8 +85,9 @@ def main():
     check_libraries(variant, [mx_lib] + hvd_libs)
 
     subprocess.run([sys.executable, "-m", "pip", "check"], check=True)
-    train = open(shutil.which("train")).read()
-    assert "detector_training.job.launcher" in train, "`train` on PATH is not the project's entrypoint"
+    train = shutil.which("train")
+    assert train == os.path.join(ENTRYPOINT_DIR, "train"), "`train` on PATH is %s, not %s" % (
+        train, os.path.join(ENTRYPOINT_DIR, "train"))
     for network in ("faster_rcnn_resnet50_v1b_voc", "faster_rcnn_resnet18_v1b_voc"):
         config = from_hyperparameters({"network": network})
         net = build_network(config, ("a", "b"), 1, False, None, mx.cpu())

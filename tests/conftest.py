@@ -34,6 +34,21 @@ def make_job(base, hyperparameters, n_train=8, n_test=4, seed=0):
     return str(base)
 
 
+def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):
+    """Backbone weights made by the test itself (no download): (path, the network)."""
+    import mxnet as mx
+    from gluoncv.model_zoo.resnetv1b import resnet18_v1b
+
+    base = resnet18_v1b(pretrained=False)
+    # He-scaled like trained weights: with BatchNorm frozen (pretrained_base) at its initial
+    # statistics, Normal(0.5) blew activations up ~10x per layer, and a job on them diverged.
+    base.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
+    base(mx.nd.zeros((1, 3, 32, 32)))
+    path = os.path.join(directory, name)
+    base.save_parameters(path)
+    return path, base
+
+
 def run_horovod_job(base, ranks=2, timeout=900):
     """``horovodrun -np ranks --gloo`` of one job tree on this host; (result, stdout + stderr)."""
     cmd = [os.path.join(BIN, "horovodrun"), "-np", str(ranks), "--gloo", "-H", "localhost:%d" % ranks,

@@ -16,6 +16,7 @@ from PIL import Image
 
 from conftest import make_job, run_rank_job
 from detector_training import predict
+from detector_training.core import model_dir as layout
 from detector_training.data.synthetic_voc import make_image
 
 SCALE = 3  # test image = a generated image enlarged 3x, so the network input is smaller
@@ -49,7 +50,7 @@ def pixels(path):
         return np.asarray(img.convert("RGB")).astype(int)
 
 
-def make_tar(path, model_dir, arc_root=".", names=predict.REQUIRED_FILES, extra=(), fmt=tarfile.GNU_FORMAT):
+def make_tar(path, model_dir, arc_root=".", names=layout.EXPORT_FILES, extra=(), fmt=tarfile.GNU_FORMAT):
     """A model.tar.gz as SageMaker packs the model directory (files at the top, or under
     ``arc_root``), plus ``extra`` (TarInfo, data) members appended after the real files."""
     with tarfile.open(path, "w:gz", compresslevel=1, format=fmt) as tar:
@@ -113,12 +114,12 @@ def test_model_tar_gz_gives_the_same_detections_and_leaves_no_files(archives, mo
 
 def test_archive_extracts_only_the_model_files(model_dir, tmp_path):
     archive = make_tar(str(tmp_path / "model.tar.gz"), model_dir, "model",
-                       names=predict.REQUIRED_FILES + ("history.json",),
+                       names=layout.EXPORT_FILES + ("history.json",),
                        extra=[member("model/notes/readme.txt")])
     target = predict.extract_model_files(archive, str(tmp_path))
     assert os.path.dirname(target) == str(tmp_path)
     found = sorted(os.path.relpath(os.path.join(d, f), target) for d, _, fs in os.walk(target) for f in fs)
-    assert found == sorted(os.path.join("model", n) for n in predict.REQUIRED_FILES)
+    assert found == sorted(os.path.join("model", n) for n in layout.EXPORT_FILES)
 
 
 @pytest.mark.parametrize("bad", [
@@ -283,9 +284,9 @@ def test_missing_or_invalid_model_is_a_one_line_error(model_dir, image_path, tmp
 def test_corrupt_export_is_refused(model_dir, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
-    for name in predict.REQUIRED_FILES:
+    for name in layout.EXPORT_FILES:
         data = open(os.path.join(model_dir, name), "rb").read()
-        (broken / name).write_bytes(data[:100] if name == predict.PARAMS_FILE else data)
+        (broken / name).write_bytes(data[:100] if name == layout.EXPORT_PARAMS else data)
     with pytest.raises(predict.PredictError, match="cannot load the exported network"):
         predict.load_model(str(broken))
 
@@ -293,8 +294,8 @@ def test_corrupt_export_is_refused(model_dir, tmp_path):
 def test_an_oversized_classes_file_in_a_model_directory_is_refused(model_dir, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in predict.REQUIRED_FILES:
+    for name in layout.EXPORT_FILES:
         (copy / name).write_bytes(open(os.path.join(model_dir, name), "rb").read())
-    (copy / predict.CLASSES_FILE).write_bytes(b"[" + b" " * (1 << 20) + b"]")
+    (copy / layout.CLASSES_FILE).write_bytes(b"[" + b" " * (1 << 20) + b"]")
     with pytest.raises(predict.PredictError, match="classes.json is larger than 1048576 bytes"):
         predict.load_model(str(copy))

@@ -55,6 +55,12 @@ class CheckpointError(JobError):
     category = "CheckpointError"
 
 
+class ModelError(JobError):
+    """A model directory (or model.tar.gz) that is incomplete or holds files a job did not write."""
+
+    category = "ModelError"
+
+
 class EnvironmentCheckError(JobError):
     """The machine cannot run the job as configured (GPU, shared memory, ...)."""
 

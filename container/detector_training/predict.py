@@ -12,21 +12,15 @@ original image (its stored pixel grid: like MXNet's decoder, EXIF orientation is
 import argparse
 import json
 import os
-import posixpath
 import shutil
 import sys
 import tempfile
 import warnings
 import zlib
 
-import detector_training.data.archive as archive
-from detector_training.core.files import TooLarge, atomic_write, read_small_json
-
-SYMBOL_FILE = "model-symbol.json"
-PARAMS_FILE = "model-0000.params"
-CLASSES_FILE = "classes.json"
-CONFIG_FILE = "config.json"
-REQUIRED_FILES = (SYMBOL_FILE, PARAMS_FILE, CLASSES_FILE, CONFIG_FILE)
+from detector_training.core import archive, model_dir
+from detector_training.core.files import atomic_write
+from detector_training.errors import ModelError
 
 # Distinct, saturated colours; a class keeps its colour across images and runs.
 PALETTE = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
@@ -56,12 +50,6 @@ class Model:
 
 # --- loading ---------------------------------------------------------------------------------
 
-# What a model archive may hold: regular files and directories, bounded; the small JSON files
-# are read whole, so they are capped well below anything a real model writes.
-FILE_CAPS = {CLASSES_FILE: 1 << 20, CONFIG_FILE: 1 << 20, SYMBOL_FILE: 64 << 20}
-MODEL_LIMITS = archive.Limits(max_members=100_000, max_bytes=16 << 30, file_caps=FILE_CAPS)
-
-
 def load_model(path, ctx=None):
     """Load a model directory or a ``model.tar.gz`` (extracted safely into a temporary directory,
     removed again once the model is in memory). Raises PredictError when it is not a model."""
@@ -80,16 +68,12 @@ def load_model(path, ctx=None):
 
 
 def extract_model_files(path, parent):
-    """Extract the files inference reads from a model archive into a new directory under
-    ``parent`` (returned), through :mod:`detector_training.data.archive`: the whole archive is refused when
-    any member is a link, a special file, has an unsafe name or is over its size cap. A job's
-    archive also holds model.params and model-best.params (twice the export): they are skipped."""
-    def wanted(member):
-        return member.isfile() and posixpath.basename(member.name) in REQUIRED_FILES
-
+    """Extract the files inference reads (model_dir.EXPORT_FILES) from a model archive into a new
+    directory under ``parent`` (returned): the whole archive is refused when any member is a link,
+    a special file, has an unsafe name or is over its size cap. A job's archive also holds
+    model.params and model-best.params (twice the export): they are skipped."""
     try:
-        with open(path, "rb") as handle:
-            return archive.extract(handle, parent, limits=MODEL_LIMITS, select=wanted).path
+        return model_dir.extract_model(path, parent, model_dir.EXPORT_FILES)
     except archive.UnsafeArchive as exc:
         raise PredictError("unsafe model archive %s: %s" % (path, exc.reason)) from None
     except archive.UnreadableArchive as exc:
@@ -99,27 +83,12 @@ def extract_model_files(path, parent):
         raise PredictError("cannot read model archive %s: %s" % (path, _one_line(exc))) from exc
 
 
-def _find_model_dir(root, archive):
+def _find_model_dir(root, archive_path):
     """The shallowest directory under ``root`` holding the exported symbol."""
-    found = []
-    for directory, _dirs, files in os.walk(root):
-        if SYMBOL_FILE in files:
-            found.append(directory)
-    if not found:
-        raise PredictError("not a model: %s holds no %s" % (archive, SYMBOL_FILE))
-    return min(found, key=lambda d: (os.path.relpath(d, root).count(os.sep), d))
-
-
-def _read_json(path, source):
-    """classes.json or config.json of a model (both capped in FILE_CAPS)."""
-    try:
-        return read_small_json(path, FILE_CAPS[os.path.basename(path)])
-    except TooLarge:
-        raise PredictError("invalid model %s: %s is larger than %d bytes" % (
-            source, os.path.basename(path), FILE_CAPS[os.path.basename(path)])) from None
-    except (OSError, ValueError) as exc:
-        raise PredictError("invalid model %s: cannot read %s (%s)"
-                           % (source, os.path.basename(path), _one_line(exc))) from exc
+    found = model_dir.shallowest_with(root, (model_dir.SYMBOL_FILE,))
+    if found is None:
+        raise PredictError("not a model: %s holds no %s" % (archive_path, model_dir.SYMBOL_FILE))
+    return found[0]
 
 
 def _test_sizes(config, source):
@@ -145,16 +114,14 @@ def _test_sizes(config, source):
 
 
 def _load_directory(directory, source, ctx):
-    missing = [name for name in REQUIRED_FILES if not os.path.isfile(os.path.join(directory, name))]
+    missing = model_dir.missing_files(directory)
     if missing:
         raise PredictError("not a model: %s lacks %s" % (source, ", ".join(missing)))
-    classes = _read_json(os.path.join(directory, CLASSES_FILE), source)
-    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
-        raise PredictError("invalid model %s: classes.json is not a list of class names" % source)
-    config = _read_json(os.path.join(directory, CONFIG_FILE), source)
-    if not isinstance(config, dict):
-        raise PredictError("invalid model %s: config.json is not an object" % source)
-    short, max_size = _test_sizes(config, source)
+    try:
+        export = model_dir.read_export(directory)
+    except ModelError as exc:
+        raise PredictError("invalid model %s: %s" % (source, exc.cause.rstrip("."))) from None
+    short, max_size = _test_sizes(export.config, source)
 
     import mxnet as mx
 
@@ -162,12 +129,12 @@ def _load_directory(directory, source, ctx):
     try:
         with warnings.catch_warnings():  # "Cannot decide type for ... data": harmless, float32
             warnings.simplefilter("ignore", UserWarning)
-            net = mx.gluon.SymbolBlock.imports(os.path.join(directory, SYMBOL_FILE), ["data"],
-                                               os.path.join(directory, PARAMS_FILE), ctx=ctx)
+            net = mx.gluon.SymbolBlock.imports(export.symbol_file, ["data"], export.params_file,
+                                               ctx=ctx)
     except Exception as exc:  # MXNetError, AssertionError, ValueError: all mean a broken export
         raise PredictError("invalid model %s: cannot load the exported network (%s)"
                            % (source, _one_line(exc))) from exc
-    return Model(net, classes, short, max_size, source, ctx)
+    return Model(net, export.classes, short, max_size, source, ctx)
 
 
 # --- inference -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from detector_training.core.checkpoint import CheckpointManager, Position, load_
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import SingleProcess, World
 from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, Hook,
-                                           LearningRateHook, MetricLogHook, StopHook,
+                                           LearningRateHook, MetricLogHook, MetricSums, StopHook,
                                            ValidationHook)
 from detector_training.errors import JobError
 
@@ -23,7 +23,7 @@ STEPS = 4
 
 
 class FitStep:
-    """A family's step in miniature: forward, loss, backward; the loss and a metric into sums."""
+    """A family's step in miniature: forward, loss, backward; the loss and a metric by name."""
 
     def __init__(self, net, nan_at=None):
         self.net = net
@@ -31,16 +31,14 @@ class FitStep:
         self.nan_at = nan_at
         self.mix_ratio = 1.0
 
-    def __call__(self, batch, sums):
+    def __call__(self, batch):
         self.calls.append(batch)
         x = mx.nd.array([[float(batch)]])
         with autograd.record():
             loss = ((self.net(x) - 2 * x) ** 2).mean()
         loss.backward()
         value = loss if self.nan_at != len(self.calls) else mx.nd.array([float("nan")])
-        sums.add("fit_loss", value.sum(), 1)
-        sums.add("fit_error", mx.nd.abs(self.net(x) - 2 * x).sum(), 1)
-        return 1
+        return {"fit_loss": value.sum(), "fit_error": (mx.nd.abs(self.net(x) - 2 * x).sum(), 1)}
 
 
 class Batches:
@@ -146,6 +144,24 @@ def test_a_nan_loss_stops_the_job_with_a_clear_error(tmp_path):
         engine.run()
     assert "training diverged at epoch 0: fit_loss became NaN/inf" in str(err.value)
     assert not engine.completed
+
+
+def test_the_engine_sums_by_name_a_loss_per_step_and_a_metric_by_its_count():
+    sums = MetricSums()
+    sums.add_step({"a_loss": 2.0, "an_acc": (3.0, 4.0)})
+    sums.add_step({"a_loss": 4.0, "an_acc": (1.0, 4.0)})
+    assert MetricSums.values_from_flat(("a_loss", "an_acc"), sums.flat(("a_loss", "an_acc"))) \
+        == {"a_loss": 3.0, "an_acc": 0.5}
+
+
+def test_a_step_that_returns_other_names_than_the_family_declares_stops_the_job(tmp_path):
+    engine = make_engine(tmp_path, [MetricLogHook()], epochs=1)
+    engine.log_names = ("fit_loss", "fit_acc")
+    with pytest.raises(JobError) as err:
+        engine.run()
+    assert "returned fit_error, fit_loss, not the declared losses and metrics fit_loss, fit_acc" \
+        in str(err.value)
+    assert engine.global_step == 0
 
 
 def test_validation_keeps_the_best_and_saves_only_on_improvement(tmp_path):

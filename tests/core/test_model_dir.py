@@ -1,8 +1,13 @@
-"""The model directory (core/model_dir.py): every file of a finished job."""
+"""The model directory (core/model_dir.py): every file of a finished job, and reading one back."""
 
 import os
+import tarfile
 
+import pytest
+
+from detector_training.core import archive, model_dir
 from detector_training.core.model_dir import ModelDirectory
+from detector_training.errors import ModelError
 
 
 class _Net:
@@ -13,6 +18,7 @@ class _Net:
 
 class _Family:
     loss_names = ("a_loss",)
+    report_columns = (("AP", "per_class", "mAP"),)
 
     def __init__(self):
         self.exported = None
@@ -40,3 +46,80 @@ def test_model_directory_holds_every_file_of_a_finished_job(tmp_path):
     assert family.exported == (str(tmp_path / "model" / "model.params"),
                                str(tmp_path / "model" / "model"), {"k": 1})
 
+
+
+# --- reading: what inference and fine-tuning take from a model directory ------------------------
+
+def write_export(directory, classes=b'["a", "b"]', config=b'{"short": [128], "max_size": 176}'):
+    os.makedirs(directory, exist_ok=True)
+    for name, data in {model_dir.SYMBOL_FILE: b"{}", model_dir.EXPORT_PARAMS: b"",
+                       model_dir.CLASSES_FILE: classes, model_dir.CONFIG_FILE: config}.items():
+        with open(os.path.join(directory, name), "wb") as handle:
+            handle.write(data)
+    return str(directory)
+
+
+def test_the_writer_and_the_readers_name_the_same_files(tmp_path):
+    directory = ModelDirectory(str(tmp_path / "model"))
+    directory.write_final(family=_Family(), config=None, net=_Net(), classes=("a",),
+                          effective_config={"short": [128]}, fitted=None, history=[], validation=None)
+    names = set(os.listdir(tmp_path / "model"))
+    assert set(model_dir.START_PARAMS) & names == {model_dir.FINAL_PARAMS}
+    assert model_dir.missing_files(str(tmp_path / "model")) == [model_dir.EXPORT_PARAMS]  # the fake family exports no params
+    assert model_dir.read_classes(str(tmp_path / "model" / model_dir.CLASSES_FILE)) == ["a"]
+
+
+def test_an_export_is_read_with_its_classes_and_configuration(tmp_path):
+    export = model_dir.read_export(write_export(tmp_path / "m"))
+    assert export.classes == ["a", "b"] and export.config == {"short": [128], "max_size": 176}
+    assert export.symbol_file == str(tmp_path / "m" / "model-symbol.json")
+    assert export.params_file == str(tmp_path / "m" / "model-0000.params")
+
+
+@pytest.mark.parametrize("classes, config, words", [
+    (b'["a", "b"]', None, "the model lacks config.json"),
+    (b'{"a": 1}', b"{}", "classes.json is not a list of class names"),
+    (b"[]", b"{}", "classes.json is not a list of class names"),
+    (b"[1]", b"{}", "classes.json is not a list of class names"),
+    (b"[oops", b"{}", "classes.json is not valid JSON"),
+    (b'["a"]', b"[1]", "config.json is not an object"),
+    (b'["' + b"a" * (1 << 20) + b'"]', b"{}", "classes.json is larger than 1048576 bytes"),
+])
+def test_a_broken_model_directory_is_a_model_error_naming_the_file(tmp_path, classes, config, words):
+    directory = write_export(tmp_path / "m", classes, config or b"{}")
+    if config is None:
+        os.remove(os.path.join(directory, model_dir.CONFIG_FILE))
+    with pytest.raises(ModelError) as err:
+        model_dir.read_export(directory)
+    assert words in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_a_model_archive_gives_only_the_files_asked_for_under_the_limits(tmp_path):
+    source = write_export(tmp_path / "job" / "model")
+    with open(os.path.join(source, model_dir.FINAL_PARAMS), "wb") as handle:
+        handle.write(b"final")
+    tarball = str(tmp_path / "model.tar.gz")
+    (tmp_path / "scratch").mkdir()
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(source, arcname="model")
+    extracted = model_dir.extract_model(tarball, str(tmp_path / "scratch"), model_dir.EXPORT_FILES)
+    directory, name = model_dir.shallowest_with(extracted, (model_dir.SYMBOL_FILE,))
+    assert directory == os.path.join(extracted, "model") and name == model_dir.SYMBOL_FILE
+    assert sorted(os.listdir(directory)) == sorted(model_dir.EXPORT_FILES)
+    assert model_dir.read_export(directory).classes == ["a", "b"]
+
+    oversized = write_export(tmp_path / "big", config=b"{}" + b" " * (1 << 20))
+    with tarfile.open(str(tmp_path / "big.tar.gz"), "w:gz") as tar:
+        tar.add(oversized, arcname=".")
+    with pytest.raises(archive.UnsafeArchive, match="config.json"):
+        model_dir.extract_model(str(tmp_path / "big.tar.gz"), str(tmp_path / "scratch"),
+                                model_dir.EXPORT_FILES)
+
+
+def test_the_shallowest_directory_wins_and_the_first_name_within_it(tmp_path):
+    for rel in ("deep/er/model.params", "deep/model-best.params", "deep/model.params"):
+        os.makedirs(os.path.dirname(tmp_path / rel), exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    assert model_dir.shallowest_with(str(tmp_path), model_dir.START_PARAMS) == (
+        str(tmp_path / "deep"), model_dir.BEST_PARAMS)
+    assert model_dir.shallowest_with(str(tmp_path), ("other.json",)) is None

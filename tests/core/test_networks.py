@@ -10,8 +10,9 @@ import os
 import mxnet as mx
 import numpy as np
 import pytest
+from conftest import make_backbone_file
 from detector_training import families
-from detector_training.job.config import NETWORKS, from_hyperparameters
+from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import SingleProcess
 from detector_training.core.engine import MetricSums
 from detector_training.core.evaluation import validate
@@ -54,7 +55,10 @@ def one_step_and_validation(root, hyperparameters, scratch):
     trainer = mx.gluon.Trainer(trainable_params(net), "sgd", {"learning_rate": 0.001})
     step, sums = family.make_step(net, config, ctx), MetricSums()
     for batch in train.loader:
-        trainer.step(step(batch, sums))
+        values = step(batch)
+        assert set(values) == set(family.log_names)
+        sums.add_step(values)
+        trainer.step(1)
         break
     losses = MetricSums.values_from_flat(family.loss_names, sums.flat(family.loss_names))
     net.hybridize()  # inference takes other inputs: the job rebuilds the graph the same way
@@ -63,7 +67,7 @@ def one_step_and_validation(root, hyperparameters, scratch):
                             str(scratch))
 
 
-@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("network", families.network_names())
 def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_root, coco_root, network,
                                                                         tmp_path):
     hyperparameters = {"network": network, "short": "64", "max_size": "96"}
@@ -133,20 +137,6 @@ def test_images_too_small_for_the_sampled_regions_stop_with_the_smallest_size_th
                                    "pretrained_base": "false", "train_splits": "2007_trainval",
                                    "short": str(size), "max_size": str(max(48, size))})
     fit_proposals_to_images(net, bigger, datasets)  # the size it names works
-
-
-def make_backbone_file(directory, name="resnet18_v1b-0000abcd.params"):
-    """Backbone weights made by the test itself (no download)."""
-    from gluoncv.model_zoo.resnetv1b import resnet18_v1b
-
-    base = resnet18_v1b(pretrained=False)
-    # He-scaled like trained weights: with BatchNorm frozen (pretrained_base) at its initial
-    # statistics, Normal(0.5) blew activations up ~10x per layer, and a job on them diverged.
-    base.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
-    base(mx.nd.zeros((1, 3, 32, 32)))
-    path = os.path.join(directory, name)
-    base.save_parameters(path)
-    return path, base
 
 
 def test_local_weight_file_lookup(tmp_path):

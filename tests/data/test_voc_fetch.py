@@ -19,7 +19,8 @@ import time
 import pytest
 
 from fault_http_server import FaultServer
-from detector_training.data import archive, host_once, sources, voc_fetch
+from detector_training.core import archive
+from detector_training.data import host_once, sources, voc_fetch
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import World
 from detector_training.errors import DataError

@@ -30,7 +30,7 @@ def failure_of(base):
 
 def test_train_is_our_entrypoint_on_path():
     script = open(shutil.which("train", path=BIN)).read()
-    assert "detector_training.job.launcher" in script
+    assert "detector_training.commands" in script
 
 
 def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):
@@ -166,7 +166,7 @@ def test_a_failing_rank_ends_the_two_rank_job_quickly_with_its_reason(job_dir):
 
 
 def test_pretrained_channel_feeds_the_backbone_offline(job_dir):
-    from test_model import make_backbone_file
+    from conftest import make_backbone_file
 
     base = make_job(job_dir, {"epochs": "1", "batch_size": "1", "pretrained_base": "true"},
                     n_train=2, n_test=1)

@@ -13,7 +13,8 @@ from PIL import Image
 
 from conftest import BIN, make_job, stop_mid_epoch_and_resume, train_env, two_rank_job_finishes
 
-from detector_training.job.metrics import TRAIN_METRICS, definitions_for
+from detector_training.families.mask_rcnn import MaskRCNN
+from detector_training.job.metrics import definitions_for
 
 # Tiny images and few sampled RoIs: GluonCV's ResNet-18 FPN Mask R-CNN from scratch, CPU-sized.
 MASK = {"network": "mask_rcnn_fpn_resnet18_v1b_coco", "dataset": "coco",
@@ -27,7 +28,7 @@ def check_lines(out):
     for definition in definitions_for("mask_rcnn"):
         assert re.search(definition["Regex"], out), definition["Name"]
     summary = re.search(r"\[Epoch 0\] summary: .*", out).group(0)
-    for name in TRAIN_METRICS["mask_rcnn"]:
+    for name in MaskRCNN().log_names:
         assert re.search(r" %s=[0-9.]+" % name, summary), name  # finite numbers
     line = re.search(r"validation: epoch=0 images=(\d+) time=\S+ mAP=(\S+) AP50=(\S+) "
                      r"mask_mAP=(\S+) mask_AP50=(\S+)", out)

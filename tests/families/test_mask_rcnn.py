@@ -11,12 +11,12 @@ import pycocotools.mask as cocomask
 import pytest
 
 from detector_training import families
-from detector_training.job.config import FAMILY_NETWORKS, from_hyperparameters
-from detector_training.core.evaluation import score_instances
+from detector_training.job.config import from_hyperparameters
 from detector_training.data.coco_format import annotation_file
 from detector_training.data.datasets import build_datasets
 from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
 from detector_training.errors import ConfigError, DataError
+from detector_training.families.mask_rcnn import MaskRCNN, score_instances
 
 NETWORK = "mask_rcnn_fpn_resnet18_v1b_coco"
 
@@ -264,7 +264,7 @@ def test_what_a_mask_network_cannot_train_on_is_refused(hps, words):
 def test_every_listed_mask_network_is_a_gluoncv_model_zoo_name():
     from gluoncv.model_zoo.model_zoo import get_model_list
 
-    assert set(FAMILY_NETWORKS["mask_rcnn"]) <= set(get_model_list())
+    assert set(MaskRCNN.networks) <= set(get_model_list())
     assert families.get(NETWORK).name == "mask_rcnn"
 
 
@@ -289,7 +289,7 @@ def _blocks(block):
 @pytest.mark.parametrize("network", ["mask_rcnn_fpn_resnet18_v1b_coco", "mask_rcnn_resnet18_v1b_coco"])
 def test_batchnorm_learns_its_statistics_from_scratch_and_stays_frozen_on_imagenet_weights(
         tmp_path, network):
-    from test_model import make_backbone_file
+    from conftest import make_backbone_file
 
     scratch = families.build_network(config(network=network), ("a",), 1, False, None, mx.cpu())
     flags = batchnorm_global_stats(scratch)

@@ -34,7 +34,7 @@ def test_current_host_must_be_listed():
 def test_mpirun_command_for_two_hosts_has_the_toolkit_flags():
     plan = LaunchPlan(hosts=("algo-1", "algo-2"), current_host="algo-1", processes_per_host=4,
                       network_interface="eth0")
-    cmd = mpirun_command(plan, ["python", "-m", "detector_training.job.rank"], ["SAGEMAKER_BASE_DIR", "AWS_ACCESS_KEY_ID"],
+    cmd = mpirun_command(plan, ["python", "-m", "detector_training.rank"], ["SAGEMAKER_BASE_DIR", "AWS_ACCESS_KEY_ID"],
                          ["-x", "FOO=1"], "/lib/gethostname.so")
     text = " ".join(cmd)
     assert cmd[:5] == ["mpirun", "--host", "algo-1:4,algo-2:4", "-np", "8"]
@@ -45,7 +45,7 @@ def test_mpirun_command_for_two_hosts_has_the_toolkit_flags():
                  "-x NCCL_SOCKET_IFNAME=eth0", "-x LD_PRELOAD=/lib/gethostname.so",
                  "-x SAGEMAKER_BASE_DIR", "-x AWS_ACCESS_KEY_ID", "-x FOO=1"):
         assert flag in text, flag
-    assert cmd[-3:] == ["python", "-m", "detector_training.job.rank"]
+    assert cmd[-3:] == ["python", "-m", "detector_training.rank"]
 
 
 def test_one_host_runs_locally_without_interface_pinning():
@@ -65,6 +65,6 @@ def test_secrets_are_forwarded_by_name_only():
 
 def test_hyperparameters_never_reach_the_command_line():
     plan = LaunchPlan(hosts=("algo-1", "algo-2"), current_host="algo-1", processes_per_host=1)
-    cmd = mpirun_command(plan, ["python", "-m", "detector_training.job.rank"], [])
-    assert cmd[-3:] == ["python", "-m", "detector_training.job.rank"]
+    cmd = mpirun_command(plan, ["python", "-m", "detector_training.rank"], [])
+    assert cmd[-3:] == ["python", "-m", "detector_training.rank"]
     assert not any(part.startswith("--lr") or ";" in part for part in cmd)

@@ -1,31 +1,58 @@
-"""SageMaker metric definitions (job/metrics.py) match the log lines of every family."""
+"""SageMaker metric definitions (job/metrics.py), generated from the family registry, match the
+log lines the engine's hooks write for every family."""
 
+import logging
 import re
+from types import SimpleNamespace
 
 import pytest
 from detector_training import families
-from detector_training.job.metrics import (
-    METRIC_DEFINITIONS,
-    TRAIN_METRICS,
-    VALIDATION_SCORES,
-    definitions_for,
-)
+from detector_training.core.engine import MetricLogHook, MetricSums, ValidationHook
+from detector_training.job.metrics import METRIC_DEFINITIONS, definitions_for
 
 
-def test_metric_definitions_name_every_familys_losses_metrics_and_scores():
+def engine_lines(family, caplog):
+    """The summary and validation lines of one epoch, written by the engine's own hooks for a
+    family whose i-th logged name averages 0.i and whose i-th score is 0.i."""
+    sums = MetricSums()
+    engine = SimpleNamespace(
+        config=SimpleNamespace(val_interval=1), world=SimpleNamespace(is_main=True, size=1),
+        dist=SimpleNamespace(allreduce_sum=list), trainer=SimpleNamespace(learning_rate=0.001),
+        sums=sums, log_names=family.log_names, loss_names=family.loss_names, steps=2,
+        per_rank_batch=1, epoch=3, last_epoch=True, data_wait=0.0, history=[],
+        best_map=float("-inf"))
+    log_hook = MetricLogHook()
+    log_hook.before_epoch(engine)
+    for i, name in enumerate(family.log_names):
+        sums.add_step({name: (0.1 * (i + 1), 1.0)})
+    scores = {name: 0.1 * (i + 1) for i, name in enumerate(family.score_names)}
+    validation = ValidationHook(lambda: dict(scores, per_class={}, images=24),
+                                lambda engine: None, scores=family.score_names,
+                                objective=family.objective)
+    with caplog.at_level(logging.INFO, logger="detector_training"):
+        caplog.clear()
+        log_hook.after_epoch(engine)
+        validation.after_epoch(engine)
+    return caplog.text
+
+
+@pytest.mark.parametrize("name", [f.name for f in families.all_families()])
+def test_every_definition_of_a_family_reads_its_value_from_the_engines_log_lines(name, caplog):
+    family = families.get_by_name(name)
+    text = "[1,0]<stdout>:" + engine_lines(family, caplog)  # as mpirun tags rank 0's lines
+    definitions = {d["Name"]: d["Regex"] for d in definitions_for(name)}
+    expected = dict({"train:%s" % n: 0.1 * (i + 1) for i, n in enumerate(family.log_names)},
+                    **{"validation:%s" % n: 0.1 * (i + 1) for i, n in enumerate(family.score_names)},
+                    **{"train:lr": 0.001, "train:data_wait_pct": 0.0})
+    assert set(expected) | {"train:speed"} == set(definitions)
+    for metric, value in expected.items():
+        match = re.search(definitions[metric], text)
+        assert match, (metric, text)
+        assert float(match.group(1)) == pytest.approx(value, abs=1e-4), metric
+    assert float(re.search(definitions["train:speed"], text).group(1)) > 0
+
+
+def test_the_definitions_sent_with_a_job_cover_every_registered_family():
+    names = {d["Name"] for d in METRIC_DEFINITIONS}
     for family in families.all_families():
-        assert TRAIN_METRICS[family.name] == family.log_names
-        assert VALIDATION_SCORES[family.name] == family.score_names
-        names = {d["Name"] for d in definitions_for(family.name)}
-        assert {"validation:" + n for n in family.score_names} <= names
-        line = "validation: epoch=3 images=24 time=1.0s " + " ".join(
-            "%s=0.%d" % (name, i + 1) for i, name in enumerate(family.score_names))
-        for i, name in enumerate(family.score_names):
-            regex = next(d["Regex"] for d in METRIC_DEFINITIONS if d["Name"] == "validation:" + name)
-            assert float(re.search(regex, line).group(1)) == pytest.approx(float("0.%d" % (i + 1)))
-        line = "[Epoch 3] summary: time=1.0s speed=2.0 samples/s data_wait=1.0% lr=0.001 " + \
-            " ".join("%s=0.%d" % (name, i + 1) for i, name in enumerate(family.log_names))
-        for i, name in enumerate(family.log_names):
-            regex = next(d["Regex"] for d in METRIC_DEFINITIONS if d["Name"] == "train:" + name)
-            assert float(re.search(regex, line).group(1)) == pytest.approx(float("0.%d" % (i + 1)))
-
+        assert {d["Name"] for d in definitions_for(family.name)} <= names

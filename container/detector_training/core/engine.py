@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from detector_training.core.checkpoint import Position, save_checkpoint
+from detector_training.errors import JobError
 
 LOG = logging.getLogger("detector_training")
 
@@ -30,6 +31,13 @@ class MetricSums:
     def add(self, name, total, count):
         self.sums[name] = self.sums.get(name, 0.0) + total
         self.counts[name] = self.counts.get(name, 0.0) + count
+
+    def add_step(self, values):
+        """Add what a step returned by name: a (total, count) pair as it is, any other value (a
+        loss: the batch's mean) with count 1."""
+        for name, value in values.items():
+            total, count = value if isinstance(value, tuple) else (value, 1)
+            self.add(name, total, count)
 
     def flat(self, names):
         return [_scalar(self.sums.get(n, 0.0)) for n in names] + \
@@ -74,8 +82,9 @@ class Hook:
 class Engine:
     """Runs epochs ``position.epoch .. config.epochs-1`` of ``steps`` steps each.
 
-    ``step(batch, sums)`` is the family's forward/backward (it adds its losses and metrics named
-    in ``loss_names``/``metric_names`` to ``sums``); ``trainer.step(n)`` the optimizer update."""
+    ``step(batch)`` is the family's forward/backward; it returns ``{name: value}`` for exactly
+    the names in ``loss_names`` and ``metric_names``, which the engine sums by name;
+    ``trainer.step(n)`` is the optimizer update."""
 
     def __init__(self, *, config, world, dist, net, trainer, step, loader, steps, per_rank_batch,
                  loss_names, metric_names=(), position=None, hooks=()):
@@ -133,7 +142,7 @@ class Engine:
                     batch = next(batches)
                     self.data_wait += time.perf_counter() - waited
                     self._call("before_step")
-                    self.step(batch, self.sums)
+                    self.sums.add_step(self._checked(self.step(batch)))
                     self.trainer.step(self.per_rank_batch)
                     # One sync per step, as GluonCV's loop has through its metrics: it bounds the
                     # queue of pending operations and makes data_wait an honest measure.
@@ -147,6 +156,14 @@ class Engine:
             self.completed = True
         finally:
             self._call("after_train")
+
+    def _checked(self, values):
+        """A step's values, when they are named as the family declares (else JobError)."""
+        if set(values) != set(self.log_names):
+            raise JobError("the training step returned %s, not the declared losses and metrics %s."
+                           % (", ".join(sorted(values)), ", ".join(self.log_names)),
+                           "make the family's step return loss_names and metric_names by name.")
+        return values
 
     @property
     def last_epoch(self):
@@ -241,8 +258,6 @@ class MetricLogHook(Hook):
                      format_metrics(values, engine.log_names))
         bad = [k for k in engine.loss_names if k in values and not math.isfinite(values[k])]
         if bad:
-            from detector_training.errors import JobError
-
             raise JobError("training diverged at epoch %d: %s became NaN/inf." % (engine.epoch, ", ".join(bad)),
                            "lower lr, or set clip_gradient (e.g. 10), and check the annotations.")
 

@@ -1,30 +1,56 @@
-"""The model directory (``/opt/ml/model``, tarred by SageMaker into ``model.tar.gz``): every file
-in it is written here, by the main rank, each atomically.
+"""The model directory (``/opt/ml/model``, tarred by SageMaker into ``model.tar.gz``): its layout
+and limits, written here and read here.
+
+Written by the main rank, each file atomically:
 
 * while training: ``model-best.params`` and ``validation-best.json`` at each new best mAP;
 * after a completed run: ``model.params`` (final), ``classes.json``, ``config.json`` (effective
   configuration), ``history.json`` (per epoch), ``validation.json`` (last validation), the
   deployable ``model-symbol.json`` + ``model-0000.params`` (the family's export), and the report
   (``training_curves.png``, ``per_class_ap.md``/``.csv``).
+
+Read by inference (``read_export``: the export, its classes and configuration) and by fine-tuning
+(``START_PARAMS`` and ``read_classes``), from a directory or from a ``model.tar.gz`` extracted
+under ``MODEL_LIMITS`` (``extract_model``). A model may come from a user, so what is read is
+capped and shape-checked, and every problem is a :class:`~detector_training.errors.ModelError`.
 """
 
 import logging
 import os
+import posixpath
+from dataclasses import dataclass
 
-from detector_training.core.files import atomic_save, write_json
+from detector_training.core import archive
+from detector_training.core.files import TooLarge, atomic_save, read_small_json, write_json
+from detector_training.errors import ModelError
 
 LOG = logging.getLogger("detector_training")
 
 FINAL_PARAMS = "model.params"
 BEST_PARAMS = "model-best.params"
-EXPORT_PREFIX = "model"  # model-symbol.json + model-0000.params
+CLASSES_FILE = "classes.json"
+CONFIG_FILE = "config.json"
+HISTORY_FILE = "history.json"
+VALIDATION_FILE = "validation.json"
+VALIDATION_BEST_FILE = "validation-best.json"
+EXPORT_PREFIX = "model"  # the family's export: model-symbol.json + model-0000.params
+SYMBOL_FILE = EXPORT_PREFIX + "-symbol.json"
+EXPORT_PARAMS = EXPORT_PREFIX + "-0000.params"
 
+EXPORT_FILES = (SYMBOL_FILE, EXPORT_PARAMS, CLASSES_FILE, CONFIG_FILE)  # what inference reads
+START_PARAMS = (BEST_PARAMS, FINAL_PARAMS)  # what fine-tuning starts from, in order of preference
 
-def _save_params(net, path):
-    atomic_save(path, net.save_parameters)
+# What a model archive may hold: regular files and directories, bounded; the small JSON files
+# are read whole, so they are capped well below anything a real model writes.
+FILE_CAPS = {CLASSES_FILE: 1 << 20, CONFIG_FILE: 1 << 20, SYMBOL_FILE: 64 << 20}
+MODEL_LIMITS = archive.Limits(max_members=100_000, max_bytes=16 << 30, file_caps=FILE_CAPS)
+
+FIX = "use the model directory (or its model.tar.gz) that a training job wrote."
 
 
 class ModelDirectory:
+    """Writes the files of a job's model directory."""
+
     def __init__(self, path):
         self.path = path
 
@@ -33,23 +59,105 @@ class ModelDirectory:
 
     def save_best(self, net, validation):
         os.makedirs(self.path, exist_ok=True)
-        _save_params(net, self._file(BEST_PARAMS))
-        write_json(self._file("validation-best.json"), validation)
+        atomic_save(self._file(BEST_PARAMS), net.save_parameters)
+        write_json(self._file(VALIDATION_BEST_FILE), validation)
 
     def write_final(self, *, family, config, net, classes, effective_config, history, validation,
                     fitted):
         os.makedirs(self.path, exist_ok=True)
-        _save_params(net, self._file(FINAL_PARAMS))
-        write_json(self._file("classes.json"), list(classes))
-        write_json(self._file("config.json"), effective_config)
-        write_json(self._file("history.json"), history)
+        atomic_save(self._file(FINAL_PARAMS), net.save_parameters)
+        write_json(self._file(CLASSES_FILE), list(classes))
+        write_json(self._file(CONFIG_FILE), effective_config)
+        write_json(self._file(HISTORY_FILE), history)
         if validation is not None:
-            write_json(self._file("validation.json"), validation)
+            write_json(self._file(VALIDATION_FILE), validation)
         family.export(config, classes, self._file(FINAL_PARAMS), self._file(EXPORT_PREFIX), fitted)
         from detector_training.core.report import write_report
 
         try:
-            write_report(self.path, history, validation, list(classes), family.loss_names)
+            write_report(self.path, history, validation, list(classes), family.loss_names,
+                         family.report_columns)
         except Exception as exc:  # the report is a convenience: it must never fail a trained job
             LOG.warning("report: not written (%s: %s)", type(exc).__name__, exc)
         LOG.info("model: written to %s", self.path)
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """A model directory's export, with its classes and effective configuration (read, checked)."""
+
+    directory: str
+    classes: list
+    config: dict
+
+    @property
+    def symbol_file(self):
+        return os.path.join(self.directory, SYMBOL_FILE)
+
+    @property
+    def params_file(self):
+        return os.path.join(self.directory, EXPORT_PARAMS)
+
+
+def missing_files(directory, names=EXPORT_FILES):
+    """Which of ``names`` are not regular files in ``directory``."""
+    return [name for name in names if not os.path.isfile(os.path.join(directory, name))]
+
+
+def read_export(directory):
+    """The export in ``directory`` with its classes and configuration; ModelError when a file is
+    missing, too large, not JSON or not of its shape."""
+    missing = missing_files(directory)
+    if missing:
+        raise ModelError("the model lacks %s." % ", ".join(missing), FIX)
+    config = _read_json(os.path.join(directory, CONFIG_FILE))
+    if not isinstance(config, dict):
+        raise ModelError("%s is not an object." % CONFIG_FILE, FIX)
+    return ExportedModel(directory, read_classes(os.path.join(directory, CLASSES_FILE)), config)
+
+
+def read_classes(path):
+    """The class names in a ``classes.json``: a non-empty list of strings."""
+    classes = _read_json(path)
+    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+        raise ModelError("%s is not a list of class names." % os.path.basename(path), FIX)
+    return classes
+
+
+def _read_json(path):
+    name = os.path.basename(path)
+    try:
+        return read_small_json(path, FILE_CAPS[name])
+    except TooLarge:
+        raise ModelError("%s is larger than %d bytes." % (name, FILE_CAPS[name]), FIX) from None
+    except ValueError as exc:
+        raise ModelError("%s is not valid JSON (%s)." % (name, exc), FIX) from None
+    except OSError as exc:
+        raise ModelError("cannot read %s (%s)." % (name, exc.strerror or exc), FIX) from None
+
+
+def extract_model(path, parent, names):
+    """Extract the members of the model archive ``path`` whose base name is in ``names`` into a new
+    directory under ``parent`` (returned), under MODEL_LIMITS and core/archive.py's member policy
+    (the whole archive is refused when any member is unsafe). Raises archive.ArchiveError or
+    OSError."""
+    def wanted(member):
+        return member.isfile() and posixpath.basename(member.name) in names
+
+    with open(path, "rb") as handle:
+        return archive.extract(handle, parent, limits=MODEL_LIMITS, select=wanted).path
+
+
+def shallowest_with(root, names):
+    """(directory, name): the shallowest directory under ``root`` holding one of ``names`` (a
+    tarball may hold a folder), and the first of ``names`` it holds; None when none does."""
+    found = []
+    for directory, _dirs, files in os.walk(root):
+        name = next((n for n in names if n in files), None)
+        if name:
+            found.append((os.path.relpath(directory, root).count(os.sep) if directory != root else -1,
+                          directory, name))
+    if not found:
+        return None
+    _depth, directory, name = min(found)
+    return directory, name

@@ -3,11 +3,11 @@
 ``write_report`` turns what the job already saved (``history.json``, ``validation.json``,
 ``classes.json``) into three files in the model directory:
 
-* ``training_curves.png``: the family's losses per epoch, and mAP per validated epoch (Mask
-  R-CNN: box and mask mAP) with the learning rate of each epoch beside it (its own axis), so a
-  decay step shows next to a dip;
-* ``per_class_ap.md``: a Markdown table of AP per class with a final mAP row (Mask R-CNN: a box
-  AP and a mask AP column);
+* ``training_curves.png``: the family's losses per epoch, and the headline of each of its AP
+  columns per validated epoch (e.g. box and mask mAP) with the learning rate of each epoch
+  beside it (its own axis), so a decay step shows next to a dip;
+* ``per_class_ap.md``: a Markdown table of AP per class, one column per AP the family reports,
+  with a final mAP row;
 * ``per_class_ap.csv``: the same table as CSV.
 
 Inputs are plain Python values; every file is written to a temporary name in the model directory
@@ -21,37 +21,37 @@ import os
 
 from detector_training.core.files import atomic_write
 
-LOSS_KEYS = ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss")
 CURVES_FILE = "training_curves.png"
 TABLE_MD_FILE = "per_class_ap.md"
 TABLE_CSV_FILE = "per_class_ap.csv"
-# Not tab:brown (the learning rate's) nor tab:purple/tab:gray (the score curves'): Mask R-CNN's
-# fifth loss was drawn in the learning rate's brown.
+# Not tab:brown (the learning rate's) nor tab:purple/tab:gray (the score curves'), so that no
+# loss is drawn in a colour that means something else.
 LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "gold", "tab:pink",
                 "tab:olive", "tab:cyan")
 MAP_COLOUR = "tab:purple"  # used by nothing else in the figure
-# The AP columns of the table and the score curves: (column, per-class key, headline key, colour);
-# a column is shown when the validation (or the history) has its headline.
-AP_COLUMNS = (("AP", "per_class", "mAP", MAP_COLOUR),
-              ("mask AP", "mask_per_class", "mask_mAP", "tab:gray"))
+SCORE_COLOURS = (MAP_COLOUR, "tab:gray")  # the score curves, in the order of the AP columns
+# The AP columns of the table and the score curves: (column, per-class key, headline key). The
+# first is always shown; another when the validation (or the history) has its headline.
+BOX_AP_COLUMNS = (("AP", "per_class", "mAP"),)
 LR_COLOUR = "tab:brown"  # the learning rate, on the mAP panel's right-hand axis; nothing else
 
 
-def write_report(model_dir, history, validation, classes, loss_names=LOSS_KEYS):
+def write_report(model_dir, history, validation, classes, loss_names, ap_columns=BOX_AP_COLUMNS):
     """Write the curves PNG and the per-class AP table (Markdown and CSV) into ``model_dir``.
 
-    ``history``: list of per-epoch dicts (``epoch``, the four losses, ``mAP`` on validated
-    epochs); ``validation``: ``{"mAP", "per_class": {name: AP}, "images", "epoch"}`` or None;
+    ``history``: list of per-epoch dicts (``epoch``, the losses, ``mAP`` on validated epochs);
+    ``validation``: ``{"mAP", "per_class": {name: AP}, "images", "epoch"}`` or None;
     ``classes``: the class names in training order; ``loss_names``: the family's losses, drawn
-    in that order. Returns the paths written.
+    in that order; ``ap_columns``: the family's (column, per-class key, headline key) triples.
+    Returns the paths written.
     """
     os.makedirs(model_dir, exist_ok=True)
     history = list(history or [])
     classes = list(classes or [])
-    columns = [c for c in AP_COLUMNS if c[0] == "AP" or c[2] in (validation or {})]
+    columns = [c for i, c in enumerate(ap_columns) if i == 0 or c[2] in (validation or {})]
     rows = _ap_rows(validation, classes, columns)
     paths = [os.path.join(model_dir, name) for name in (CURVES_FILE, TABLE_MD_FILE, TABLE_CSV_FILE)]
-    _atomic_write(paths[0], _curves_png(history, loss_names))
+    _atomic_write(paths[0], _curves_png(history, loss_names, ap_columns))
     _atomic_write(paths[1], _markdown(rows, validation, columns).encode("utf-8"))
     _atomic_write(paths[2], _csv(rows, validation, columns).encode("utf-8"))
     return paths
@@ -69,13 +69,13 @@ def _number(value):
 def _ap_rows(validation, classes, columns):
     """[(class, [AP or None per column])]: the training classes in order, then any other class
     validated."""
-    tables = [dict((validation or {}).get(key) or {}) for _, key, _, _ in columns]
+    tables = [dict((validation or {}).get(key) or {}) for _, key, _ in columns]
     names = list(classes) + [name for name in tables[0] if name not in classes]
     return [(name, [_number(table.get(name)) for table in tables]) for name in names]
 
 
 def _headlines(validation, columns):
-    return [_number((validation or {}).get(key)) for _, _, key, _ in columns]
+    return [_number((validation or {}).get(key)) for _, _, key in columns]
 
 
 def _fmt(value):
@@ -109,7 +109,7 @@ def _csv(rows, validation, columns):
     return out.getvalue()
 
 
-def _curves_png(history, loss_names=LOSS_KEYS):
+def _curves_png(history, loss_names, ap_columns):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,7 +133,7 @@ def _curves_png(history, loss_names=LOSS_KEYS):
         losses.text(0.5, 0.5, "no epochs", ha="center", va="center", transform=losses.transAxes)
 
     top, drawn = None, 0
-    for _, _, key, colour in AP_COLUMNS:
+    for (_, _, key), colour in zip(ap_columns, SCORE_COLOURS):
         validated = [(e, _number(entry.get(key))) for e, entry in zip(epochs, history)]
         validated = [(e, m) for e, m in validated if m is not None]
         if validated:

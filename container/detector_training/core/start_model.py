@@ -1,8 +1,8 @@
 """Starting a job from an earlier job's model (the 'model' channel): fine-tuning.
 
 The channel holds that job's ``model.tar.gz`` (as SageMaker packs /opt/ml/model) or its files
-(``model-best.params`` or ``model.params``, with ``classes.json``). A tarball is extracted through
-:mod:`detector_training.data.archive` (the project's safe extraction), only the files needed here. With the
+(``model-best.params`` or ``model.params``, with ``classes.json``; core/model_dir.py names and caps
+them). A tarball is extracted under the model directory's limits, only the files needed here. With the
 same class list every parameter is loaded. With a different one the backbone, RPN and box head (and
 a Mask R-CNN's mask head up to its last layer) are reused and the class head is re-initialised for
 the new classes (GluonCV's ``reset_class``; rows of
@@ -13,19 +13,17 @@ reused.
 import glob
 import logging
 import os
-import posixpath
 import shutil
 import tempfile
 
-from detector_training.core.files import TooLarge, read_small_json
-from detector_training.errors import DataError
+from detector_training.core import archive
+from detector_training.core.model_dir import (CLASSES_FILE, START_PARAMS, extract_model, read_classes,
+                                              shallowest_with)
+from detector_training.errors import DataError, ModelError
 
 LOG = logging.getLogger(__name__)
 
-PARAMS_FILES = ("model-best.params", "model.params")  # in order of preference
-CLASSES_FILE = "classes.json"
 ARCHIVE_PATTERNS = ("*.tar.gz", "*.tgz", "*.tar")
-CLASSES_CAP = 1 << 20  # the same cap as for a classes.json inside a model.tar.gz
 
 
 def start_from_channel(net, channel, ctx):
@@ -52,50 +50,35 @@ def start_model_files(channel, scratch):
         if found:
             return found
     raise DataError("the 'model' channel %s holds neither %s nor a model.tar.gz holding one."
-                    % (channel, " nor ".join(PARAMS_FILES)),
+                    % (channel, " nor ".join(START_PARAMS)),
                     "put an earlier job's model.tar.gz (or its model-best.params/model.params with "
                     "classes.json) into the 'model' channel, or drop the channel.")
 
 
 def _model_files_in(root, walk=False):
     """The preferred params file at the top of ``root`` (with ``walk``: in its shallowest directory
-    that has one, as a tarball may hold a folder)."""
-    best = None
-    for directory, _dirs, files in (os.walk(root) if walk else [(root, None, os.listdir(root))]):
-        depth = os.path.relpath(directory, root).count(os.sep) if directory != root else -1
-        name = next((n for n in PARAMS_FILES if n in files), None)
-        if name and (best is None or depth < best[0]):
-            best = (depth, os.path.join(directory, name))
-    if best is None:
+    that has one, as a tarball may hold a folder), and the classes.json beside it (None without)."""
+    if walk:
+        found = shallowest_with(root, START_PARAMS)
+    else:
+        found = next(((root, n) for n in START_PARAMS if os.path.isfile(os.path.join(root, n))), None)
+    if found is None:
         return None
-    params = best[1]
-    classes_path = os.path.join(os.path.dirname(params), CLASSES_FILE)
+    directory, name = found
+    classes_path = os.path.join(directory, CLASSES_FILE)
     classes = None
     if os.path.isfile(classes_path):
         try:
-            classes = read_small_json(classes_path, CLASSES_CAP)
-        except TooLarge as exc:
-            raise DataError("%s in the 'model' channel: %s." % (CLASSES_FILE, exc),
+            classes = read_classes(classes_path)
+        except ModelError as exc:
+            raise DataError("the 'model' channel's %s" % exc.cause,
                             "use the classes.json the earlier job wrote.") from None
-        except ValueError as exc:
-            raise DataError("%s in the 'model' channel is not valid JSON (%s)." % (CLASSES_FILE, exc),
-                            "use the classes.json the earlier job wrote.") from None
-        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
-            raise DataError("%s in the 'model' channel is not a list of class names." % CLASSES_FILE,
-                            "use the classes.json the earlier job wrote.")
-    return params, classes
+    return os.path.join(directory, name), classes
 
 
 def _extract(path, scratch):
-    import detector_training.data.archive as archive
-    from detector_training.predict import MODEL_LIMITS
-
-    def wanted(member):
-        return member.isfile() and posixpath.basename(member.name) in PARAMS_FILES + (CLASSES_FILE,)
-
     try:
-        with open(path, "rb") as handle:
-            return archive.extract(handle, scratch, limits=MODEL_LIMITS, select=wanted).path
+        return extract_model(path, scratch, START_PARAMS + (CLASSES_FILE,))
     except archive.ArchiveError as exc:
         raise DataError("cannot use %s from the 'model' channel: %s." % (os.path.basename(path), exc.reason),
                         "put the model.tar.gz an earlier job wrote into the 'model' channel.") from None

@@ -15,7 +15,7 @@ from xml.etree import ElementTree as ET
 
 import numpy as np
 
-from detector_training.job.config import voc_splits
+from detector_training.values import voc_splits
 from detector_training.errors import DataError
 from detector_training.data.voc_layout import find_devkit
 

@@ -62,13 +62,6 @@ def write_marker(root, **fields):
     write_json(os.path.join(root, MARKER_NAME), payload)
 
 
-def remove_marker(root):
-    try:
-        os.remove(os.path.join(root, MARKER_NAME))
-    except FileNotFoundError:
-        pass
-
-
 def write_failure_marker(root, key, launch, exc):
     cause = exc.cause if isinstance(exc, JobError) else "%s: %s" % (type(exc).__name__, exc)
     fix = exc.fix if isinstance(exc, JobError) else "see the job log of local rank 0 on this host."

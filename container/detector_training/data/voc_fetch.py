@@ -8,7 +8,7 @@ that does not match, not a tar, or a member the extraction policy refuses.
 
 Verify, then extract: a source stages the whole tar on local disk, hashing it as it arrives
 (:mod:`detector_training.data.sources`); only a tar whose SHA-1 matched is opened as an archive, and it is
-extracted by Python's tarfile under a strict policy (:mod:`detector_training.data.archive`) into a private
+extracted by Python's tarfile under a strict policy (:mod:`detector_training.core.archive`) into a private
 directory whose VOC tree is then moved into place. Tars overlap across each other, never within
 one: the largest is fetched first, and while one tar is extracted the next one downloads
 (``extract_parallelism`` tars are extracted side by side).
@@ -32,7 +32,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from detector_training.data import archive, host_once, sources
+from detector_training.core import archive
+from detector_training.data import host_once, sources
 from detector_training.errors import DataError, shorten
 from detector_training.data.sources import FetchOptions, SourceFailed, SourceSpec  # noqa: F401  (FetchOptions: the public knobs)
 from detector_training.data.voc_layout import (VOC_TAR_MB, VOC_TARS, check_voc_tree, expected_content, find_year_dirs,

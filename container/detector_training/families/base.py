@@ -3,7 +3,21 @@
 The engine, the sampler (GluonCV's SplitSortedBucketSampler under the equal-steps wrapper),
 Horovod, checkpoints, hooks, stop/resume and failure handling are shared (core/, data/, job/).
 What differs between Faster R-CNN, Mask R-CNN and YOLOv3 is what a family module says by
-subclassing :class:`DetectorFamily`:
+subclassing :class:`DetectorFamily`.
+
+What the family is, as class attributes (plain values: read without mxnet by the configuration,
+the metric definitions, the demo and the report):
+
+* ``name``, ``networks`` (the network names it builds), ``presets`` (defaults per dataset, merged
+  over the dataset's in job/config.py), ``datasets`` (those it trains on), ``options`` (the
+  hyperparameters of FAMILY_OPTIONS it takes; turning on another is a ConfigError);
+* ``loss_names`` and ``metric_names`` (what its step returns, by name; the log lines, history
+  and SageMaker metric definitions use them), ``score_names`` and ``objective`` (validation),
+  ``report_columns`` (the AP columns of the report's table);
+* ``demo_defaults`` and ``demo_images`` (``make run``: hyperparameters over the default
+  network's, and the generated dataset's size).
+
+How it trains, as methods:
 
 * ``read_datasets``: the training and validation data in the form the family trains on (boxes;
   Mask R-CNN: boxes and masks);
@@ -12,9 +26,9 @@ subclassing :class:`DetectorFamily`:
   small images), returned as a JSON-able dict that ``export`` gets back;
 * ``train_loader`` / ``val_loader``: transforms and batchify around the shared sampler;
 * ``materialize``: one forward pass that gives every deferred parameter its shape;
-* ``make_step``: forward and backward of one batch, adding losses and metric inputs to the
-  engine's sums (names in ``loss_names`` and ``metric_names``, which the log lines and the
-  SageMaker metric definitions use);
+* ``make_step``: a callable ``step(batch)`` that runs forward and backward of one batch and
+  returns ``{name: value}``: each of ``loss_names`` as the batch's mean loss (weighted under
+  mixup), each of ``metric_names`` as a ``(total, count)`` pair; the engine sums them by name;
 * ``detect`` / ``evaluate``: a rank's detections on its validation shard (small, picklable), and
   the score of every rank's detections together (run on every rank, same number everywhere):
   the scores named in ``score_names`` (logged and kept per epoch), ``objective`` the one the best
@@ -25,20 +39,31 @@ Optional, with defaults here: ``check_config`` (rules on hyperparameters that on
 has, run before any data is read), ``mixup_draw``/``mixup_loss_weight`` (how mixing ratios are
 drawn, and the weight of the losses while mixup is on).
 
-A new family is one module here that subclasses DetectorFamily, plus its networks in
-``job/config.py``'s ``FAMILY_NETWORKS`` (and ``FAMILY_PRESETS`` when its defaults differ) and
-its entry in ``families/__init__.py``'s ``FAMILIES``.
+A new family is one module that subclasses DetectorFamily, registered with
+``families.register`` (the built-in ones in ``families/__init__.py``).
 """
 
+from detector_training.core.report import BOX_AP_COLUMNS
 from detector_training.data.datasets import build_datasets
+
+DATASETS = ("voc", "coco", "custom")
+# Hyperparameters that only some families take; each family lists those it takes in ``options``.
+FAMILY_OPTIONS = ("label_smooth", "multi_scale", "mixup", "final_fit")
 
 
 class DetectorFamily:
     name = ""
+    networks = ()
+    presets = {}  # dataset -> {hyperparameter: default}, over the dataset's defaults
+    datasets = DATASETS
+    options = ()
     loss_names = ()  # summed into the total loss; NaN/inf in any of them stops the job
     metric_names = ()  # logged beside the losses (accuracies, L1 terms)
     score_names = ("mAP", "AP50")  # validation scores (fractions), in the order they are logged
     objective = "mAP"  # the validation score the best model is chosen by
+    report_columns = BOX_AP_COLUMNS  # (column, per-class key, headline key)
+    demo_defaults = {}
+    demo_images = dict(n_train=120, n_test=48, n_train_2012=60)
     # Mixup: ratios from numpy.random.<name>(*args), and the weight of the losses while mixing.
     # Default (Faster R-CNN): even mixing only, since its target generator cannot weight boxes.
     mixup_draw = ("uniform", 0.5, 0.5)

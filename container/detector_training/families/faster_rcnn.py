@@ -23,8 +23,40 @@ METRIC_NAMES = ("rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1")
 
 class FasterRCNN(DetectorFamily):
     name = "faster_rcnn"
+    # GluonCV's model zoo names, and a small network of ours for CPU runs (OWN_NETWORKS).
+    networks = (
+        "faster_rcnn_resnet50_v1b_voc",
+        "faster_rcnn_resnet101_v1d_voc",
+        "faster_rcnn_resnet50_v1b_coco",
+        "faster_rcnn_resnet101_v1d_coco",
+        "faster_rcnn_fpn_resnet50_v1b_coco",
+        "faster_rcnn_fpn_resnet101_v1d_coco",
+        "faster_rcnn_resnet18_v1b_voc",
+    )
+    presets = {}  # GluonCV's train_faster_rcnn.py defaults are the datasets' own
+    options = ("mixup", "final_fit")
     loss_names = LOSS_NAMES
     metric_names = METRIC_NAMES
+    # `make run`: the small network from scratch on small generated images, a few minutes on 2
+    # cores. The learning rate, schedule, validation interval and epochs are the CPU-time
+    # trade-off measured for it (benchmarks/README.md).
+    demo_defaults = {
+        "network": "faster_rcnn_resnet18_v1b_voc",
+        "dataset": "custom",
+        "pretrained_base": "false",
+        "short": "128",
+        "max_size": "200",
+        "batch_size": "2",
+        "epochs": "22",
+        "lr": "0.02",
+        "lr_mode": "cosine",
+        "lr_warmup": "20",
+        "lr_base_batch_size": "4",  # as the VOC presets, also for a generated COCO-format dataset
+        "num_workers": "1",
+        "log_interval": "20",
+        "val_interval": "4",
+        "seed": "7",
+    }
     # The function GluonCV's predefined networks (and ours) hand their settings to.
     zoo_builder = ("gluoncv.model_zoo.rcnn.faster_rcnn.predefined_models", "get_faster_rcnn")
 
@@ -48,7 +80,7 @@ class FasterRCNN(DetectorFamily):
         net._rpn_test_post_nms = test_post  # pylint: disable=protected-access  (RoIs per test image)
         net.sampler._num_proposal = train_post  # pylint: disable=protected-access
 
-    def presets(self):
+    def transforms(self):
         """GluonCV's (train transform, train batchify, val transform) for this family, and how
         many arrays the val transform gives per image (image, label, scale)."""
         from gluoncv.data.batchify import FasterRCNNTrainBatchify
@@ -59,7 +91,7 @@ class FasterRCNN(DetectorFamily):
                 FasterRCNNDefaultValTransform, 3)
 
     def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
-        train_transform, batchify, _, _ = self.presets()
+        train_transform, batchify, _, _ = self.transforms()
         short, _, max_size = self.image_sizes(config, net)
         transform = train_transform(short if len(short) > 1 else short[0], max_size, net,
                                     ashape=net.ashape, multi_stage=config.use_fpn)
@@ -69,7 +101,7 @@ class FasterRCNN(DetectorFamily):
     def val_loader(self, config, net, datasets, world, num_workers):
         from gluoncv.data.batchify import Append, Tuple
 
-        _, _, val_transform, fields = self.presets()
+        _, _, val_transform, fields = self.transforms()
         _, val_short, max_size = self.image_sizes(config, net)
         return val_shard_loader(datasets, world, val_transform(val_short, max_size),
                                 Tuple(*[Append() for _ in range(fields)]), num_workers)
@@ -112,27 +144,19 @@ def faster_rcnn_resnet18_v1b_voc(pretrained_base=True, per_device_batch_size=1, 
     anchors of 32-80 pixels (scales 2-5 of 16, every 8 pixels) for small images of small objects,
     so CPU jobs and tests train in minutes. Same detector code as the others.
 
-    The per-RoI head is most of the work on CPU: with 7x7 RoIs and 64 samples a 128-pixel image
-    trained at 1.9 images/s on 2 cores, with 4x4 and 32 at 5.4 (the learning demo, issue 15); 16
-    RoIs cost about 30% less per epoch again. Anchors of 128-512 pixels (scales 8-32) cross a
-    128-pixel image's border, so the RPN never trains them and they proposed large false boxes;
-    without them the demo's held-out mAP was 0.40 instead of 0.32 after 4 epochs (issue 15b).
-    Issue 15c: the C4 split (stride 16, 4x4 RoIs, stage 4 per RoI) saw a 24-48 pixel object as
-    2-3 feature cells and called most held-out circles squares. Stride 8 with 8x8 RoIs and stages
-    3+4 per RoI gave 0.40-0.41 instead of 0.28 after 5 demo epochs (about 1.25x the CPU); dropping
-    stage 4 then cost 0.33 at 5 epochs but ran 1.6x faster, and reached 0.47 in 8 epochs at the
-    same CPU time as 5 with it (0.41), so the demo trains twice as many epochs: 0.68 instead of
-    0.49 in the same CPU budget (figures in the README)."""
+    Why this shape: the per-RoI head is most of the CPU work, hence few, small RoIs; anchors
+    larger than 80 pixels would cross a 128-pixel image's border, so the RPN could never train
+    them; stride-8 features see a 24-pixel object as 3 cells, enough to tell its shape; stage 4
+    is left out because it cost more CPU time than it bought held-out mAP on the demo."""
     from gluoncv.model_zoo.rcnn.faster_rcnn import predefined_models as zoo  # zoo_builder's module
     from gluoncv.model_zoo.resnetv1b import resnet18_v1b
     from gluoncv.data import VOCDetection
     from mxnet.gluon import nn
 
     # With ImageNet weights BatchNorm stays frozen, as in GluonCV's networks; from scratch it
-    # must learn its statistics, or the backbone is an unnormalised deep net.
-    # From scratch its running statistics (what validation uses) average over ~100 steps, not
-    # MXNet's ~10: at 2 images a step the last 10 batches made held-out mAP swing between
-    # epochs and drop at the end of a decayed schedule (issue 15b).
+    # must learn its statistics, or the backbone is an unnormalised deep net. Its running
+    # statistics (what validation uses) then average over ~100 steps, not MXNet's ~10, so that
+    # the last few small batches do not swing held-out mAP.
     base = resnet18_v1b(pretrained=pretrained_base, dilated=False,
                         use_global_stats=bool(pretrained_base),
                         norm_kwargs=None if pretrained_base else {"momentum": 0.99})
@@ -271,8 +295,8 @@ class FasterRCNNStep:
         return [(part[0] if isinstance(part, (list, tuple)) else part).as_in_context(self.ctx)
                 for part in batch]
 
-    def __call__(self, batch, sums):
-        """Run forward and backward on one batch; add losses and metric inputs to ``sums``."""
+    def __call__(self, batch):
+        """Forward and backward on one batch; its losses and metrics by name."""
         from mxnet import autograd
 
         data, label, *rpn_targets = self.load(batch)
@@ -284,11 +308,11 @@ class FasterRCNNStep:
             rcnn_targets = (cls_targets, box_targets, box_masks)
             losses = self.box_losses(outputs, rpn_targets, rcnn_targets)
             self.backward(losses)
-        self.add_box_metrics(sums, losses, outputs, rpn_targets, rcnn_targets)
-        return int(data.shape[0])
+        return dict(self.logged(losses), **self.box_metrics(outputs, rpn_targets, rcnn_targets))
 
     def box_losses(self, outputs, rpn_targets, rcnn_targets):
-        """The RPN's and the R-CNN head's losses, each normalised by its positive samples."""
+        """The RPN's and the R-CNN head's losses by name, each normalised by its positive
+        samples."""
         rpn_score, rpn_box, cls_pred, box_pred = outputs
         rpn_cls_targets, rpn_box_targets, rpn_box_masks = rpn_targets
         cls_targets, box_targets, box_masks = rcnn_targets
@@ -302,12 +326,13 @@ class FasterRCNNStep:
             * cls_targets.size / num_rcnn_pos
         rcnn_loss2 = self.rcnn_box_loss(box_pred, box_targets, box_masks) \
             * box_pred.size / num_rcnn_pos
-        return [rpn_loss1, rpn_loss2, rcnn_loss1, rcnn_loss2]
+        return dict(zip(LOSS_NAMES, (rpn_loss1, rpn_loss2, rcnn_loss1, rcnn_loss2)))
 
     def backward(self, losses):
+        """Backward of the sum of ``losses`` ({name: loss}), weighted by ``mix_ratio``."""
         from mxnet import autograd
 
-        total = sum(loss.sum() for loss in losses) * self.mix_ratio
+        total = sum(loss.sum() for loss in losses.values()) * self.mix_ratio
         if self.amp_trainer is not None:
             from mxnet.contrib import amp
 
@@ -316,22 +341,26 @@ class FasterRCNNStep:
         else:
             autograd.backward(total)
 
-    def add_box_metrics(self, sums, losses, outputs, rpn_targets, rcnn_targets):
-        """The four losses, and the accuracy and L1 metrics of GluonCV's RPNAccMetric,
-        RPNL1LossMetric, RCNNAccMetric and RCNNL1LossMetric."""
+    def logged(self, losses):
+        """Each loss as logged: the batch's mean, weighted as in the backward pass."""
+        return {name: loss.mean() * self.mix_ratio for name, loss in losses.items()}
+
+    @staticmethod
+    def box_metrics(outputs, rpn_targets, rcnn_targets):
+        """The accuracy and L1 metrics of GluonCV's RPNAccMetric, RPNL1LossMetric, RCNNAccMetric
+        and RCNNL1LossMetric, as (total, count) pairs by name."""
         import mxnet as mx
 
         rpn_score, rpn_box, cls_pred, box_pred = outputs
         rpn_cls_targets, rpn_box_targets, rpn_box_masks = rpn_targets
         cls_targets, box_targets, box_masks = rcnn_targets
-        for name, loss in zip(LOSS_NAMES, losses):
-            sums.add(name, loss.mean() * self.mix_ratio, 1)
         rpn_weight = (rpn_cls_targets >= 0)
         rpn_pred = mx.nd.sigmoid(rpn_score) >= 0.5
-        sums.add("rpn_acc", ((rpn_pred == rpn_cls_targets) * rpn_weight).sum(), rpn_weight.sum())
-        sums.add("rpn_l1", (rpn_box_masks * mx.nd.smooth_l1(rpn_box - rpn_box_targets, scalar=3)).sum(),
-                 rpn_box_masks.sum() / 4)
         rcnn_pred = mx.nd.argmax(cls_pred, axis=-1)
-        sums.add("rcnn_acc", (rcnn_pred == cls_targets).sum(), cls_targets.size)
-        sums.add("rcnn_l1", (box_masks * mx.nd.smooth_l1(box_pred - box_targets, scalar=1)).sum(),
-                 box_masks.sum() / 4)
+        return dict(zip(METRIC_NAMES, (
+            (((rpn_pred == rpn_cls_targets) * rpn_weight).sum(), rpn_weight.sum()),
+            ((rpn_box_masks * mx.nd.smooth_l1(rpn_box - rpn_box_targets, scalar=3)).sum(),
+             rpn_box_masks.sum() / 4),
+            ((rcnn_pred == cls_targets).sum(), cls_targets.size),
+            ((box_masks * mx.nd.smooth_l1(box_pred - box_targets, scalar=1)).sum(),
+             box_masks.sum() / 4))))

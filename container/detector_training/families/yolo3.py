@@ -27,6 +27,10 @@ LOG = logging.getLogger(__name__)
 
 LOSS_NAMES = ("obj_loss", "center_loss", "scale_loss", "cls_loss")
 DEFAULT_SIZE = 416  # GluonCV's --data-shape
+# GluonCV's train_yolo3.py (its published models: global batch 64, 200 epochs on VOC with decay at
+# 160,180 and 4 warm-up epochs, about 1000 iterations; 280 on COCO with decay at 220,250).
+_VOC_PRESET = dict(epochs=200, lr=0.001, lr_decay_epoch=(160, 180), lr_warmup=1000, wd=5e-4,
+                   lr_base_batch_size=64)
 STRIDE = 32  # the coarsest feature stride: input sizes are multiples of it
 
 
@@ -40,6 +44,11 @@ def multi_scale_sizes(size):
 
 class YOLOv3(DetectorFamily):
     name = "yolo3"
+    networks = tuple("yolo3_%s_%s" % (base, data) for base in ("darknet53", "mobilenet1.0", "mobilenet0.25")
+                     for data in ("voc", "coco", "custom"))  # mobilenet0.25: CPU tests and demos
+    presets = {"voc": _VOC_PRESET, "custom": _VOC_PRESET,
+               "coco": dict(_VOC_PRESET, epochs=280, lr_decay_epoch=(220, 250), lr_warmup=3600)}
+    options = ("label_smooth", "multi_scale", "mixup", "final_fit")
     loss_names = LOSS_NAMES
     metric_names = ()
     # GluonCV's train_yolo3.py: mixing ratios from Beta(1.5, 1.5); the target generator weights
@@ -181,14 +190,16 @@ class YOLOStep:
         self.ctx = ctx
         self.amp_trainer = amp_trainer
 
-    def __call__(self, batch, sums):
+    def __call__(self, batch):
+        """Forward and backward on one batch; the mean of each of its losses by name."""
         from mxnet import autograd
 
         data, obj_t, center_t, scale_t, weight_t, class_t, gt_boxes = [
             part.as_in_context(self.ctx) for part in batch]
         with autograd.record():
-            losses = self.net(data, gt_boxes, obj_t, center_t, scale_t, weight_t, class_t)
-            total = sum(loss.sum() for loss in losses)
+            losses = dict(zip(LOSS_NAMES, self.net(data, gt_boxes, obj_t, center_t, scale_t,
+                                                   weight_t, class_t)))
+            total = sum(loss.sum() for loss in losses.values())
             if self.amp_trainer is not None:
                 from mxnet.contrib import amp
 
@@ -196,7 +207,4 @@ class YOLOStep:
                     autograd.backward(scaled)
             else:
                 autograd.backward(total)
-        images = int(data.shape[0])
-        for name, loss in zip(LOSS_NAMES, losses):
-            sums.add(name, loss.sum(), images)
-        return images
+        return {name: loss.mean() for name, loss in losses.items()}

@@ -9,38 +9,16 @@ both go through the same parsers. Nothing here imports mxnet or reads the enviro
 import dataclasses
 import difflib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
+from detector_training import families
 from detector_training.errors import ConfigError
+from detector_training.families.base import DATASETS, FAMILY_OPTIONS
+from detector_training.values import (check, choice, decode, is_voc_split, optional, parse_bool,
+                                      parse_checksums, parse_float, parse_int, parse_int_list,
+                                      parse_str, parse_str_list)
 
-# Networks by detector family: GluonCV's model zoo names, plus small networks of ours for CPU
-# runs. The family decides how the network is built, fed, stepped and validated (families/).
-FAMILY_NETWORKS = {
-    "faster_rcnn": (
-        "faster_rcnn_resnet50_v1b_voc",
-        "faster_rcnn_resnet101_v1d_voc",
-        "faster_rcnn_resnet50_v1b_coco",
-        "faster_rcnn_resnet101_v1d_coco",
-        "faster_rcnn_fpn_resnet50_v1b_coco",
-        "faster_rcnn_fpn_resnet101_v1d_coco",
-        "faster_rcnn_resnet18_v1b_voc",  # project-defined: ResNet-18 backbone, light heads, CPU-sized
-    ),
-    "mask_rcnn": (
-        "mask_rcnn_resnet18_v1b_coco",
-        "mask_rcnn_fpn_resnet18_v1b_coco",  # from scratch on 128-256 px images: CPU tests and demo
-        "mask_rcnn_resnet50_v1b_coco",
-        "mask_rcnn_fpn_resnet50_v1b_coco",
-        "mask_rcnn_resnet101_v1d_coco",
-        "mask_rcnn_fpn_resnet101_v1d_coco",
-    ),
-    "yolo3": tuple("yolo3_%s_%s" % (base, data) for base in ("darknet53", "mobilenet1.0", "mobilenet0.25")
-                   for data in ("voc", "coco", "custom")),  # mobilenet0.25: CPU tests and demos
-}
-NETWORKS = tuple(n for names in FAMILY_NETWORKS.values() for n in names)
-FPN_NETWORKS = tuple(n for n in NETWORKS if "_fpn_" in n)
-DATASETS = ("voc", "coco", "custom")
 KV_STORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
 
 # Hyperparameters the launcher owns (how many processes, MPI options), not training settings.
@@ -57,7 +35,7 @@ COCO_VAL_SPLITS = ("instances_val2017",)
 
 # GluonCV's train_faster_rcnn.py defaults per dataset. lr_base_batch_size is the global batch
 # the published learning rate was tuned for (VOC: 4 GPUs x 1 image; COCO: 8 x 1). A family whose
-# published defaults differ adds its own in FAMILY_PRESETS (merged over these).
+# published defaults differ declares its own ``presets`` (merged over these).
 PRESETS = {
     "voc": dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
                 lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS),
@@ -66,192 +44,18 @@ PRESETS = {
     "coco": dict(epochs=26, lr=0.01, lr_decay_epoch=(17, 23), lr_warmup=1000, wd=1e-4,
                  lr_base_batch_size=8, train_splits=COCO_SPLITS, val_splits=COCO_VAL_SPLITS),
 }
-# GluonCV's train_yolo3.py (its published models: global batch 64, 200 epochs on VOC with decay at
-# 160,180 and 4 warm-up epochs, about 1000 iterations; 280 on COCO with decay at 220,250).
-_YOLO_VOC = dict(epochs=200, lr=0.001, lr_decay_epoch=(160, 180), lr_warmup=1000, wd=5e-4,
-                 lr_base_batch_size=64)
-FAMILY_PRESETS = {
-    "faster_rcnn": {},
-    # GluonCV's train_mask_rcnn.py: global batch 8, lr 0.00125 per image (0.01 at 8), decay at
-    # 17,23 over 26 epochs, warm-up max(8000 / batch, 1000) iterations, wd 1e-4, never a weight
-    # decay on biases (no_wd also spares BatchNorm's beta and gamma).
-    "mask_rcnn": {"coco": dict(batch_size=8, lr=0.01, lr_base_batch_size=8, lr_decay_epoch=(17, 23),
-                               epochs=26, lr_warmup=1000, wd=1e-4, no_wd=True)},
-    "yolo3": {"voc": _YOLO_VOC, "custom": _YOLO_VOC,
-              "coco": dict(_YOLO_VOC, epochs=280, lr_decay_epoch=(220, 250), lr_warmup=3600)},
-}
-# Datasets a family can train on (others: all). Mask R-CNN needs instance masks: COCO-format
-# 'segmentation's.
-FAMILY_DATASETS = {"mask_rcnn": ("coco",)}
-# Hyperparameters that only some families use: turning them on for another is a ConfigError
-# (Mask R-CNN: GluonCV's mixup blends boxes, not instance masks; final_fit would train on the
-# validation split's images without objects, which its training transform cannot take).
-FAMILY_OPTIONS = {"label_smooth": ("yolo3",), "multi_scale": ("yolo3",),
-                  "mixup": ("faster_rcnn", "yolo3"), "final_fit": ("faster_rcnn", "yolo3")}
-
-
-def family_of(network):
-    """The detector family that builds ``network``."""
-    for family, names in FAMILY_NETWORKS.items():
-        if network in names:
-            return family
-    raise KeyError(network)
 
 
 def preset_for(network, dataset):
-    """The defaults a job starts from: the dataset's, then the family's for that dataset."""
+    """The defaults a job starts from: the dataset's, then its network's family's for it."""
     preset = dict(PRESETS[dataset], no_wd=False)
-    preset.update(FAMILY_PRESETS.get(family_of(network), {}).get(dataset, {}))
+    preset.update(families.get(network).presets.get(dataset, {}))
     return preset
 
 
-# --- value parsers: raw (str or Python value) -> typed value, ValueError with the expectation ---
-
-_TRUE = ("true", "1", "yes", "y", "on")
-_FALSE = ("false", "0", "no", "n", "off")
-
-
-def decode(raw):
-    """JSON-decode a SageMaker hyperparameter string, keeping the raw string when it is not JSON."""
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
-
-
-def parse_bool(value):
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-    raise ValueError("a boolean (true/false, 1/0, yes/no)")
-
-
-def parse_int(value):
-    if isinstance(value, bool):
-        raise ValueError("an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise ValueError("an integer")
-
-
-def parse_float(value):
-    if isinstance(value, bool):
-        raise ValueError("a number")
-    if isinstance(value, (int, float)):
-        result = float(value)
-    elif isinstance(value, str):
-        try:
-            result = float(value.strip())
-        except ValueError:
-            raise ValueError("a number") from None
-    else:
-        raise ValueError("a number")
-    if not math.isfinite(result):
-        raise ValueError("a finite number")
-    return result
-
-
-def parse_str(value):
-    if isinstance(value, str):
-        return value.strip()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise ValueError("a string")
-
-
-def _split_list(value):
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                decoded = json.loads(text)
-            except ValueError:
-                raise ValueError("a list, as JSON ([14, 20]) or comma-separated (14,20)") from None
-            if isinstance(decoded, list):
-                return decoded
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return [value]
-
-
-def parse_int_list(value):
-    try:
-        return tuple(parse_int(v) for v in _split_list(value))
-    except ValueError:
-        raise ValueError("a list of integers, as JSON ([14, 20]) or comma-separated (14,20)") from None
-
-
-def parse_str_list(value):
-    try:
-        return tuple(parse_str(v) for v in _split_list(value))
-    except ValueError:
-        raise ValueError("a list of names, as JSON ([\"a\", \"b\"]) or comma-separated (a,b)") from None
-
-
-def parse_checksums(value):
-    """'' (the known VOC SHA-1s), 'none' (opt out), or an object {tar name: sha1 hex}."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in ("", "none"):
-            return text.lower()
-        try:
-            value = json.loads(text)
-        except ValueError:
-            raise ValueError("a JSON object of tar name to SHA-1, or 'none'") from None
-    if isinstance(value, dict) and value and all(
-            isinstance(k, str) and isinstance(v, str) and len(v) == 40
-            and all(c in "0123456789abcdefABCDEF" for c in v) for k, v in value.items()):
-        return json.dumps({k: v.lower() for k, v in sorted(value.items())}, sort_keys=True)
-    raise ValueError("a JSON object of tar name to 40-hex-digit SHA-1, or 'none'")
-
-
-def choice(options):
-    def parse(value):
-        text = parse_str(value) if not isinstance(value, bool) else None
-        if text in options:
-            return text
-        raise ValueError("one of: %s" % ", ".join(options))
-
-    return parse
-
-
-def optional(parser):
-    def parse(value):
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null", "auto")):
-            return None
-        return parser(value)
-
-    parse.optional = True
-    return parse
-
-
-def check(parser, predicate, what):
-    """Wrap a parser with a range check; ``what`` describes the valid range."""
-
-    def parse(value):
-        result = parser(value)
-        if result is not None and not predicate(result):
-            raise ValueError(what)
-        return result
-
-    return parse
+def parse_network(value):
+    """A network of a registered family (read at parse time: a family registered later counts)."""
+    return choice(families.network_names())(value)
 
 
 def hp(default, parser, help_text):
@@ -268,8 +72,8 @@ _at_least_4 = check(parse_int, lambda v: v >= 4, "an integer >= 4")  # a quarter
 class TrainConfig:
     """Hyperparameters of a training job. ``None`` means: take the dataset preset or derive it."""
 
-    network: str = hp("faster_rcnn_resnet50_v1b_voc", choice(NETWORKS),
-                      "Base network name (GluonCV model zoo name).")
+    network: str = hp("faster_rcnn_resnet50_v1b_voc", parse_network,
+                      "Base network name (GluonCV model zoo name, or a registered family's).")
     dataset: str = hp("voc", choice(DATASETS),
                       "voc (Pascal VOC, 20 classes), coco (COCO-format JSON, its own categories), "
                       "or custom (VOC layout, own classes).")
@@ -378,7 +182,7 @@ class TrainConfig:
 
     @property
     def family(self):
-        return family_of(self.network)
+        return families.get(self.network).name
 
     def per_rank_batch(self, world_size):
         """Images per rank per step. Raises ConfigError naming the nearest valid sizes."""
@@ -408,7 +212,7 @@ class TrainConfig:
 
     @property
     def use_fpn(self):
-        return self.network in FPN_NETWORKS
+        return "_fpn_" in self.network
 
     def resolved(self, world_size):
         """Every effective value, plus the derived ones, as a JSON-able dict (logged and saved)."""
@@ -505,9 +309,10 @@ def validate(config):
     if config.dataset == "voc" and config.classes:
         problems.append("classes is only used with dataset=custom or coco (dataset=voc has its 20 "
                         "classes)")
-    if config.dataset not in FAMILY_DATASETS.get(config.family, DATASETS):
+    family = families.get(config.network)
+    if config.dataset not in family.datasets:
         problems.append("network=%s trains on dataset=%s only, not dataset=%s" % (
-            config.network, " or ".join(FAMILY_DATASETS[config.family]), config.dataset))
+            config.network, " or ".join(family.datasets), config.dataset))
     if config.dataset == "coco" and len(config.val_splits or ()) > 1:
         problems.append("val_splits=%s: COCO validation reads one annotation file; name one split"
                         % ",".join(config.val_splits))
@@ -517,10 +322,11 @@ def validate(config):
         problems.append("val_fraction=%g: COCO's metric scores a whole annotation file, so a "
                         "validation split cannot be carved from coco training data; name one "
                         "with val_splits" % config.val_fraction)
-    for option, families in FAMILY_OPTIONS.items():
-        if getattr(config, option) and config.family not in families:
+    for option in FAMILY_OPTIONS:
+        if getattr(config, option) and option not in family.options:
+            takers = [f.name for f in families.all_families() if option in f.options]
             problems.append("%s=true applies to %s networks only, not to %s" % (
-                option, " and ".join(families), config.network))
+                option, " and ".join(takers), config.network))
     decay = config.lr_decay_epoch
     if list(decay) != sorted(set(decay)):
         problems.append("lr_decay_epoch=%s must be strictly increasing" % ",".join(map(str, decay)))
@@ -532,27 +338,9 @@ def validate(config):
         if not splits:
             problems.append("%s must name at least one split" % splits_key)
         elif config.dataset in ("voc", "custom"):
-            bad = [s for s in splits if not _is_voc_split(s)]
+            bad = [s for s in splits if not is_voc_split(s)]
             if bad:
                 problems.append("%s=%s: expected YEAR_NAME such as 2007_trainval" % (splits_key, ",".join(bad)))
     if problems:
         raise ConfigError("invalid combination of hyperparameters: " + "; ".join(problems) + ".",
                           "change the values named above.")
-
-
-def _is_voc_split(split):
-    year, _, name = split.partition("_")
-    return len(year) == 4 and year.isdigit() and bool(name)
-
-
-def voc_splits(splits):
-    """'2007_trainval' -> (2007, 'trainval'), the form GluonCV's VOCDetection takes."""
-    return [(int(s.partition("_")[0]), s.partition("_")[2]) for s in splits]
-
-
-def describe():
-    """Name, default and help of every hyperparameter (for the README and --help)."""
-    rows = []
-    for f in dataclasses.fields(TrainConfig):
-        rows.append((f.name, f.default, f.metadata["help"]))
-    return rows

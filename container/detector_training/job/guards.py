@@ -50,6 +50,16 @@ def gpu_instance(instance_type):
     return name.startswith(("ml.p", "ml.g"))
 
 
+def gpu_count():
+    """GPUs MXNet can use here (0 with a CPU build of mxnet)."""
+    import mxnet as mx
+
+    try:
+        return mx.context.num_gpus()
+    except Exception:  # CPU build of mxnet
+        return 0
+
+
 def check_gpus_visible(instance_type, gpus):
     if gpu_instance(instance_type) and gpus == 0:
         raise EnvironmentCheckError(

@@ -12,21 +12,26 @@
    step, save a checkpoint and exit; the launcher gives them until ``STOP_GRACE_S`` and then ends
    them, inside SageMaker's 120 seconds.
 5. Any failure ends in one short ``output/failure`` (first writer wins) and a non-zero exit.
+
+The rank's job itself sits a floor above (``main.py``): the command that runs the launcher
+(``detector_training.commands``) passes it in, with the module mpirun starts on every rank.
 """
 
 import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
 
 from detector_training import settings
 from detector_training.errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
-from detector_training.main import load_config, report_failure, setup_logging, write_failure
-from detector_training.job.sm_env import ENV_STOP_FILE, ENV_WORK_DIR
+from detector_training.job.config import from_hyperparameters
+from detector_training.job.failure import report_failure, write_failure
+from detector_training.job.guards import check_gpus_visible, gpu_count, raise_open_file_limit
+from detector_training.job.logs import setup_logging
+from detector_training.job.sm_env import ENV_STOP_FILE, ENV_WORK_DIR, Environment, JobPaths, base_dir
 from detector_training.job.stop import StopSignal, clear_stale_request
 
 LOG = logging.getLogger("detector_training")
@@ -62,7 +67,7 @@ def processes_per_host(raw_value, gpus):
     """GPU count (1 on CPU) unless the hyperparameter ``processes_per_host`` says otherwise."""
     if raw_value is None:
         return max(1, gpus)
-    from detector_training.job.config import decode, parse_int
+    from detector_training.values import decode, parse_int
 
     try:
         value = parse_int(decode(raw_value))
@@ -117,10 +122,6 @@ def mpirun_command(plan, program, env_names, custom_mpi_options=(), ld_preload=N
     return cmd + list(program)
 
 
-def rank_program():
-    return [sys.executable, "-m", "detector_training.job.rank"]
-
-
 def toolkit_gethostname_preload():
     """The toolkit's gethostname shim makes every rank see its SageMaker host name (algo-N). It
     reads /opt/ml/input/config/resourceconfig.json unconditionally, so use it only where that exists."""
@@ -133,16 +134,16 @@ def toolkit_gethostname_preload():
     return gethostname.__file__
 
 
-def run_leader(plan, env, stop, custom_mpi_options):
+def run_leader(plan, stop, rank_program, custom_mpi_options):
     if len(plan.hosts) > 1:
         from sagemaker_training import mpi
 
         mpi._start_sshd_daemon()  # pylint: disable=protected-access
         wait_for_workers(plan, mpi._can_connect)  # pylint: disable=protected-access
-    cmd = mpirun_command(plan, rank_program(), forwarded_env_names(os.environ), custom_mpi_options,
+    cmd = mpirun_command(plan, rank_program, forwarded_env_names(os.environ), custom_mpi_options,
                          toolkit_gethostname_preload())
     LOG.info("launch: %d host(s) x %d process(es): %s", len(plan.hosts), plan.processes_per_host,
-             " ".join(cmd[: cmd.index(sys.executable)]))
+             " ".join(cmd[: len(cmd) - len(rank_program)]))
     code = supervise(subprocess.Popen(cmd, start_new_session=True), stop)
     if len(plan.hosts) > 1 and code == 0:
         from sagemaker_training import mpi
@@ -204,18 +205,15 @@ def run_worker(plan):
                    "see the leader's log for the failing rank.")
 
 
-def main(argv=None):
-    """Console script ``train``."""
-    from detector_training.job.sm_env import Environment, JobPaths, base_dir
-
+def main(job_main, rank_program):
+    """``train``: the exit code of the job on this host. ``job_main(base, install_signals=False)``
+    runs the rank's job in this process when the world is one rank; otherwise mpirun starts
+    ``rank_program`` (an argv) on every rank."""
     setup_logging(0)
     failure_path = JobPaths(base_dir()).failure_file
     try:
         env = Environment.read(base_dir())
-        config = load_config(env)  # every hyperparameter error, before anything starts
-        from detector_training.job.guards import check_gpus_visible, raise_open_file_limit
-        from detector_training.main import gpu_count
-
+        config = from_hyperparameters(env.hyperparameters)  # every error, before anything starts
         gpus = gpu_count()
         check_gpus_visible(env.resource_config.get("current_instance_type"), gpus)
         plan = make_plan(env, gpus)
@@ -235,12 +233,10 @@ def main(argv=None):
                  ",".join(plan.hosts), plan.current_host, plan.processes_per_host, plan.world_size,
                  gpus, limit)
         if plan.world_size == 1:
-            from detector_training.main import job_main
-
             code = job_main(env.paths.base, install_signals=False)
         elif plan.is_leader:
             custom = str(env.hyperparameters.get("custom_mpi_options", "")).split()
-            code = run_leader(plan, env, stop, custom)
+            code = run_leader(plan, stop, rank_program, custom)
             if code != 0:
                 write_failure(env.paths.failure_file, failure_text_for(JobError(
                     "a training rank exited with code %d." % code,
@@ -252,7 +248,3 @@ def main(argv=None):
         return code
     except BaseException as exc:  # the one top-level handler of the launcher
         return report_failure(exc, failure_path)
-
-
-def cli():
-    sys.exit(main())

@@ -6,54 +6,50 @@ not anchored. Training metrics come from the per-epoch summary line (one point p
 over all ranks); ``validation:mAP`` is the tuning objective: VOC07 mAP at IoU 0.5 for voc and
 custom, COCO's AP at IoU 0.50:0.95 for coco, always a fraction. ``validation:AP50`` is the AP at
 IoU 0.5 (for VOC the same number as the mAP). Mask R-CNN jobs add ``validation:mask_mAP`` and
-``validation:mask_AP50`` (COCO's mask AP); their ``validation:mAP`` is the box AP. The list holds
-every family's definitions; ``definitions_for(family)`` those a family's job writes lines for.
+``validation:mask_AP50`` (COCO's mask AP); their ``validation:mAP`` is the box AP. The names
+come from the family registry (each family's ``log_names`` and ``score_names``), which imports
+without mxnet, so the launcher side can import this module. The list holds every family's
+definitions; ``definitions_for(family)`` those a family's job writes lines for.
 """
 
+from detector_training import families
+
 _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
-# Each family's losses and metrics as its summary line names them (families/<family>.py's
-# loss_names + metric_names; a test keeps the two equal). Kept here as plain names so that this
-# module stays importable without mxnet (the launcher side imports it).
-TRAIN_METRICS = {
-    "faster_rcnn": ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
-                    "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1"),
-    "mask_rcnn": ("rpn_conf_loss", "rpn_smoothl1_loss", "rcnn_cls_loss", "rcnn_smoothl1_loss",
-                  "rcnn_mask_loss", "rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1", "mask_acc",
-                  "mask_fg_acc"),
-    "yolo3": ("obj_loss", "center_loss", "scale_loss", "cls_loss"),
-}
-# Each family's validation scores as its validation line names them, in that order (the
-# families' score_names; a test keeps the two equal).
-VALIDATION_SCORES = {
-    "faster_rcnn": ("mAP", "AP50"),
-    "mask_rcnn": ("mAP", "AP50", "mask_mAP", "mask_AP50"),
-    "yolo3": ("mAP", "AP50"),
-}
-_TRAIN = tuple(dict.fromkeys(n for names in TRAIN_METRICS.values() for n in names))
-_SCORES = tuple(dict.fromkeys(n for names in VALIDATION_SCORES.values() for n in names))
 _COMMON = ("train:speed", "train:data_wait_pct", "train:lr")
 
-METRIC_DEFINITIONS = (
-    [{"Name": "train:%s" % name, "Regex": r"\] summary: .* %s=%s" % (name, _NUMBER)} for name in _TRAIN]
-    + [
-        {"Name": "train:speed", "Regex": r"\] summary: time=\S+ speed=%s samples/s" % _NUMBER},
-        {"Name": "train:data_wait_pct", "Regex": r"\] summary: .* data_wait=%s%%" % _NUMBER},
-        {"Name": "train:lr", "Regex": r"\] summary: .* lr=%s" % _NUMBER},
-    ]
-    # validation: epoch=3 images=24 time=10.2s mAP=0.2604 AP50=0.2604 [mask_mAP=... mask_AP50=...]
-    + [{"Name": "validation:%s" % name,
-        "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ %s%s=%s" % (
-            "".join(r"%s=\S+ " % before for before in _SCORES[:i]), name, _NUMBER)}
-       for i, name in enumerate(_SCORES)]
-)
 
+def metric_definitions():
+    """Every registered family's definitions (read from the registry when called)."""
+    registered = families.all_families()
+    train = tuple(dict.fromkeys(n for family in registered for n in family.log_names))
+    # Each score's regex names the scores logged before it: the validation line lists them in
+    # the order of the union of the families' score_names.
+    scores = tuple(dict.fromkeys(n for family in registered for n in family.score_names))
+    return (
+        [{"Name": "train:%s" % name, "Regex": r"\] summary: .* %s=%s" % (name, _NUMBER)}
+         for name in train]
+        + [
+            {"Name": "train:speed", "Regex": r"\] summary: time=\S+ speed=%s samples/s" % _NUMBER},
+            {"Name": "train:data_wait_pct", "Regex": r"\] summary: .* data_wait=%s%%" % _NUMBER},
+            {"Name": "train:lr", "Regex": r"\] summary: .* lr=%s" % _NUMBER},
+        ]
+        # validation: epoch=3 images=24 time=10.2s mAP=0.2604 AP50=0.2604 [mask_mAP=... mask_AP50=...]
+        + [{"Name": "validation:%s" % name,
+            "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ %s%s=%s" % (
+                "".join(r"%s=\S+ " % before for before in scores[:i]), name, _NUMBER)}
+           for i, name in enumerate(scores)]
+    )
+
+
+METRIC_DEFINITIONS = metric_definitions()  # the built-in families', sent with every job
 OBJECTIVE_METRIC = "validation:mAP"
 
 
 def definitions_for(family):
-    """The definitions a job of ``family`` fills: its own train:* losses and metrics and
-    validation scores, and the shared ones (speed, data wait, lr). METRIC_DEFINITIONS, sent with
-    every job, holds every family's; those of other families simply get no data points."""
-    names = set(_COMMON) | {"train:%s" % n for n in TRAIN_METRICS[family]} \
-        | {"validation:%s" % n for n in VALIDATION_SCORES[family]}
-    return [d for d in METRIC_DEFINITIONS if d["Name"] in names]
+    """The definitions a job of the family named ``family`` fills: its own train:* losses and
+    metrics and validation scores, and the shared ones (speed, data wait, lr). The definitions
+    sent with every job hold every family's; those of other families simply get no data points."""
+    declared = families.get_by_name(family)
+    names = set(_COMMON) | {"train:%s" % n for n in declared.log_names} \
+        | {"validation:%s" % n for n in declared.score_names}
+    return [d for d in metric_definitions() if d["Name"] in names]

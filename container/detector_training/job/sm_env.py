@@ -45,10 +45,6 @@ class JobPaths:
         return self._p("output")
 
     @property
-    def output_data_dir(self):
-        return self._p("output", "data")
-
-    @property
     def failure_file(self):
         return self._p("output", "failure")
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from detector_training.data import archive
-from detector_training.data.archive import Limits, UnreadableArchive, UnsafeArchive, member_problem
+from detector_training.core import archive
+from detector_training.core.archive import Limits, UnreadableArchive, UnsafeArchive, member_problem
 
 
 @pytest.fixture(params=["stdlib", "backports"])

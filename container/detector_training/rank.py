@@ -1,4 +1,4 @@
-"""One rank started by mpirun: ``python -m detector_training.job.rank``.
+"""One rank started by mpirun: ``python -m detector_training.rank`` (see job/launcher.py).
 
 It exits with ``os._exit`` so a failed rank never lingers in interpreter shutdown (Horovod's
 background thread); mpirun then ends the other ranks (orte_abort_on_non_zero_status).

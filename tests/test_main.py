@@ -1,0 +1,346 @@
+"""main.py, the job of one rank, piece by piece: in milliseconds, with a toy family (a one-weight
+network fitting ``w * x`` to ``2 * x``), a list of batches for a loader and fake validation.
+
+Only what no real part can give here is faked: the family's networks and data (GluonCV's need
+minutes; the end-to-end tests train them), validation's scores and, on this CPU machine, a GPU.
+The engine, hooks, checkpoints, model directory and configuration are the job's own."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd
+
+from detector_training import main
+from detector_training.core.checkpoint import CheckpointManager
+from detector_training.core.distributed import SingleProcess, World
+from detector_training.core.engine import (CheckpointHook, EpochSetupHook, FinalModelHook,
+                                           LearningRateHook, MetricLogHook, StopHook, ValidationHook)
+from detector_training.job.config import from_hyperparameters
+
+CLASSES = ("a", "b")
+
+
+def make_config(**overrides):
+    return from_hyperparameters(dict({"dataset": "custom", "epochs": "2", "batch_size": "1",
+                                      "log_interval": "2", "num_workers": "0"}, **overrides))
+
+
+class Batches:
+    """Loader and sampler in one: batches 1..4 (the first ``skip`` left out when resuming)."""
+
+    def __init__(self):
+        self.skip = 0
+        self.epochs = []
+
+    def set_epoch(self, epoch, skip=0):
+        self.epochs.append(epoch)
+        self.skip = skip
+
+    def __iter__(self):
+        return iter([1.0, 2.0, 3.0, 4.0][self.skip:])
+
+
+class FitStep:
+    def __init__(self, net):
+        self.net = net
+        self.mix_ratio = 1.0
+
+    def __call__(self, batch):
+        x = mx.nd.array([[batch]])
+        with autograd.record():
+            loss = ((self.net(x) - 2 * x) ** 2).mean()
+        loss.backward()
+        return {"fit_loss": loss}
+
+
+class Net(mx.gluon.nn.Dense):
+    """A one-weight network that records hybridize calls."""
+
+    def __init__(self):
+        super().__init__(1, use_bias=False)
+        self.hybridized = []
+
+    def hybridize(self, active=True, **kwargs):
+        self.hybridized.append(kwargs)
+        super().hybridize(active, **kwargs)
+
+
+class ToyFamily:
+    name = "toy"
+    loss_names = ("fit_loss",)
+    metric_names = ()
+    score_names = ("mAP", "AP50")
+    objective = "mAP"
+    mixup_draw = ("uniform", 0.5, 0.5)
+    mixup_loss_weight = 0.5
+
+    def __init__(self):
+        self.calls = []
+
+    def check_config(self, config):
+        self.calls.append("check_config")
+
+    def read_datasets(self, config, root):
+        self.calls.append(("read_datasets", root))
+        return SimpleNamespace(train=list(range(4)), val=list(range(3)), classes=CLASSES)
+
+    def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
+        self.calls.append(("build_network", tuple(classes), per_rank_batch))
+        return Net()
+
+    def fit_to_data(self, net, config, datasets):
+        return {"fitted": True}
+
+    def image_sizes(self, config, net):
+        return (96, 128), 128, 160
+
+    def train_loader(self, config, net, datasets, world, per_rank_batch, steps, workers):
+        batches = Batches()
+        self.calls.append(("train_loader", steps, workers))
+        return SimpleNamespace(loader=batches, sampler=batches, mixup=None, first_batch=lambda: 1.0)
+
+    def val_loader(self, config, net, datasets, world, workers):
+        return "val-loader", [0, 1, 2]
+
+    def materialize(self, net, batch, ctx):
+        self.calls.append(("materialize", batch))
+        net.initialize(mx.init.Constant(0.5), ctx=ctx)
+        net(mx.nd.array([[batch]]))
+
+    def make_step(self, net, config, ctx, amp_trainer):
+        return FitStep(net)
+
+    def export(self, config, classes, params_path, prefix, fitted):
+        with open(prefix + "-symbol.json", "w") as handle:
+            json.dump({"fitted": fitted}, handle)
+
+
+def make_env(tmp_path, model_channel=None):
+    return SimpleNamespace(
+        paths=SimpleNamespace(model_dir=str(tmp_path / "model")),
+        checkpoint_dir=str(tmp_path / "checkpoints"), work_dir=str(tmp_path / "work"),
+        pretrained_dirs=(), environ={},
+        channel_dir=lambda name: model_channel if name == "model" else None,
+        require_coco_dir=lambda: str(tmp_path / "coco"))
+
+
+class Stop:
+    def __init__(self, at=None):
+        self.at, self.calls = at, 0
+
+    def requested(self):
+        self.calls += 1
+        return self.at is not None and self.calls >= self.at
+
+
+class RankDist(SingleProcess):
+    """A single process that says it is rank ``rank`` of ``size`` and records broadcasts."""
+
+    def __init__(self, rank=0, size=1):
+        super().__init__()
+        self.world = World(rank=rank, size=size)
+        self.broadcasts = []
+
+    def broadcast_object(self, obj, name):
+        self.broadcasts.append(name)
+        return obj
+
+    def broadcast_parameters(self, params):
+        self.broadcasts.append("parameters")
+
+
+# --- the module ---------------------------------------------------------------------------------
+
+def test_importing_main_imports_no_mxnet_so_the_engine_threads_can_still_be_set():
+    code = "import sys, detector_training.main; print(sorted(m for m in ('mxnet', 'gluoncv') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_engine_threads_come_from_the_configuration_unless_set():
+    environ = {"MXNET_CPU_WORKER_NTHREADS": "7"}
+    main.set_engine_threads(make_config(executor_threads="3"), environ)
+    assert environ == {"MXNET_CPU_WORKER_NTHREADS": "7", "MXNET_GPU_WORKER_NTHREADS": "3"}
+
+
+# --- 1. device and seeds --------------------------------------------------------------------------
+
+def test_a_rank_without_gpus_runs_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(main, "gpu_count", lambda: 0)
+    assert main.device_for(World(local_rank=1)) == mx.cpu()
+
+
+def test_a_rank_with_gpus_runs_on_its_local_gpu_after_one_checked_operation(monkeypatch):
+    checked = []
+    monkeypatch.setattr(main, "gpu_count", lambda: 2)
+    monkeypatch.setattr(main, "check_gpu_runs", checked.append)
+    assert main.device_for(World(rank=3, local_rank=1)) == mx.gpu(1)
+    assert checked == [mx.gpu(1)]
+
+
+def test_seeds_repeat_per_rank_and_differ_between_ranks():
+    def draws(seed, rank):
+        main.seed_everything(seed, rank)
+        return (np.random.rand(), mx.nd.random.uniform(shape=(1,)).asscalar())
+
+    assert draws(7, 0) == draws(7, 0)
+    assert draws(7, 0) != draws(7, 1)
+    assert draws(7, 0) != draws(8, 0)
+
+
+# --- 2. data --------------------------------------------------------------------------------------
+
+def test_coco_data_comes_from_its_channel_and_voc_data_is_acquired(tmp_path, monkeypatch):
+    env = make_env(tmp_path)
+    assert main.data_root(make_config(dataset="coco"), env, World()) == str(tmp_path / "coco")
+    acquired = []
+    monkeypatch.setattr(main, "acquire_voc",
+                        lambda config, env, world, work, options: acquired.append(work) or "/voc")
+    assert main.data_root(make_config(), env, World()) == "/voc"
+    assert acquired == [env.work_dir]
+
+
+def test_read_data_hands_the_root_to_the_family_and_logs_the_sizes(tmp_path, caplog):
+    family = ToyFamily()
+    with caplog.at_level(logging.INFO, logger="detector_training"):
+        datasets = main.read_data(make_config(dataset="coco"), make_env(tmp_path), World(), family)
+    assert family.calls == [("read_datasets", str(tmp_path / "coco"))]
+    assert datasets.classes == CLASSES
+    assert "data: 4 training images, 3 validation images, classes=a,b" in caplog.text
+
+
+# --- 3. network and 4. loaders --------------------------------------------------------------------
+
+def test_the_network_is_built_for_the_classes_and_carries_its_image_sizes(tmp_path):
+    family = ToyFamily()
+    datasets = family.read_datasets(None, None)
+    network = main.build_network(make_config(), make_env(tmp_path), family, datasets, 2, mx.cpu())
+    assert family.calls[-1] == ("build_network", CLASSES, 2)
+    assert network.fitted == {"fitted": True}
+    assert network.train_shorts == (96, 128) and network.max_size == 160
+
+
+def test_loaders_give_every_rank_the_same_steps_and_shape_every_parameter(tmp_path, monkeypatch):
+    monkeypatch.setattr(main, "adapt_workers", lambda workers, *args: workers)
+    family = ToyFamily()
+    datasets = family.read_datasets(None, None)
+    network = main.build_network(make_config(), make_env(tmp_path), family, datasets, 1, mx.cpu())
+    loaders = main.make_loaders(make_config(), family, network, datasets, World(rank=1, size=3), 1,
+                                mx.cpu())
+    assert loaders.steps == 2  # ceil(4 images / 3 ranks) at one image per rank
+    assert ("train_loader", 2, 0) in family.calls
+    assert family.calls[-1] == ("materialize", 1.0)
+    assert loaders.val == "val-loader" and loaders.val_indices == [0, 1, 2]
+    assert network.net.weight.shape == (1, 1)
+
+
+# --- 5. start ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rank, checkpoint, channel, expect_reads, expect_channel", [
+    (0, None, None, True, False),
+    (0, None, "/model", True, True),
+    (0, "resume-state", "/model", True, False),  # a checkpoint wins over the model channel
+    (1, None, "/model", False, False),  # only the main rank reads; the others get its result
+])
+def test_the_main_rank_resumes_or_starts_from_the_model_channel_and_every_rank_gets_it(
+        tmp_path, monkeypatch, rank, checkpoint, channel, expect_reads, expect_channel):
+    reads, channels = [], []
+    monkeypatch.setattr(main, "load_latest", lambda manager, net, ctx: reads.append(1) or checkpoint)
+    monkeypatch.setattr(main, "start_from_channel", lambda net, path, ctx: channels.append(path))
+    dist = RankDist(rank=rank, size=2)
+    manager = CheckpointManager(str(tmp_path / "checkpoints"), 2)
+    resume = main.starting_point(manager, make_env(tmp_path, channel), dist, Net(), mx.cpu())
+    assert bool(reads) == expect_reads and channels == (["/model"] if expect_channel else [])
+    assert resume == (checkpoint if rank == 0 else None)
+    assert dist.broadcasts == ["resume", "parameters"]
+
+
+# --- 6. optimizer: hybridization -----------------------------------------------------------------
+
+def test_hybridize_follows_the_configuration():
+    net = Net()
+    main.hybridize(net, make_config(static_alloc="true"))
+    assert net.hybridized == [{"static_alloc": True}]
+    main.hybridize(net, make_config(disable_hybridization="true"))
+    assert net.hybridized == [{"static_alloc": True}]
+
+
+# --- 7. hooks ---------------------------------------------------------------------------------------
+
+def hooks_for(tmp_path, monkeypatch, config, validated):
+    monkeypatch.setattr(main, "adapt_workers", lambda workers, *args: workers)
+    family, env, dist = ToyFamily(), make_env(tmp_path), RankDist()
+    datasets = family.read_datasets(None, None)
+    network = main.build_network(config, env, family, datasets, 1, mx.cpu())
+    loaders = main.make_loaders(config, family, network, datasets, dist.world, 1, mx.cpu())
+    checkpoints = CheckpointHook(CheckpointManager(env.checkpoint_dir, 2), {})
+    monkeypatch.setattr(main, "validate", lambda *args: validated.append(
+        list(network.net.hybridized)) or {"mAP": 0.5, "AP50": 0.6, "per_class": {}, "images": 3})
+    hooks = main.make_hooks(config, env, dist, family, network, datasets, loaders, mx.cpu(), Stop(),
+                            checkpoints, {"epochs": 2}, 0.1)
+    return hooks, network, checkpoints
+
+
+def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
+    hooks, _network, checkpoints = hooks_for(tmp_path, monkeypatch, make_config(), [])
+    assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, StopHook,
+                                        ValidationHook, CheckpointHook, FinalModelHook]
+    assert hooks[5] is checkpoints and hooks[3].checkpoint_hook is checkpoints
+
+
+def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkeypatch):
+    validated = []
+    hooks, network, _ = hooks_for(tmp_path, monkeypatch, make_config(), validated)
+    result = hooks[4].validate_fn()
+    assert result["mAP"] == 0.5
+    assert validated == [[{"static_alloc": False}]]  # hybridized once, before validate ran
+    validated.clear()
+    network.net.hybridized.clear()
+    hooks, network, _ = hooks_for(tmp_path, monkeypatch, make_config(disable_hybridization="true"),
+                                  validated)
+    hooks[4].validate_fn()
+    assert validated == [[]]
+
+
+# --- 8. the loop, and the whole job in pieces ----------------------------------------------------
+
+def test_run_job_trains_validates_checkpoints_and_writes_the_model(tmp_path, monkeypatch, caplog):
+    family = ToyFamily()
+    monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
+    monkeypatch.setattr(main, "acquire_voc", lambda *args: str(tmp_path / "voc"))
+    monkeypatch.setattr(main, "validate", lambda *args: {"mAP": 0.5, "AP50": 0.6,
+                                                         "per_class": {"a": 0.5}, "images": 3})
+    config = make_config(epochs="2", lr="0.01", lr_warmup="0")
+    with caplog.at_level(logging.INFO, logger="detector_training"):
+        result = main.run_job(config, make_env(tmp_path), RankDist(), Stop())
+    assert result["mAP"] == 0.5 and result["epoch"] == 1
+    assert family.calls[0] == "check_config"
+    model = tmp_path / "model"
+    assert {"model.params", "model-best.params", "classes.json", "config.json", "history.json",
+            "model-symbol.json"} <= set(os.listdir(model))
+    effective = json.load(open(model / "config.json"))
+    assert effective["short"] == [96, 128] and effective["max_size"] == 160  # the network's sizes
+    assert [h["epoch"] for h in json.load(open(model / "history.json"))] == [0, 1]
+    assert os.listdir(tmp_path / "checkpoints")
+    assert "training: epochs 0..1, 4 steps per epoch, 1 image(s) per rank" in caplog.text
+    assert "finished: rank=0 steps=8 epochs=0..1" in caplog.text
+
+
+def test_a_stop_request_ends_the_loop_with_a_checkpoint_and_no_final_model(tmp_path, monkeypatch,
+                                                                           caplog):
+    family = ToyFamily()
+    monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
+    monkeypatch.setattr(main, "acquire_voc", lambda *args: str(tmp_path / "voc"))
+    monkeypatch.setattr(main, "validate", lambda *args: pytest.fail("validated after a stop"))
+    with caplog.at_level(logging.INFO, logger="detector_training"):
+        main.run_job(make_config(), make_env(tmp_path), RankDist(), Stop(at=3))
+    assert "stopped: rank=0 steps=3 at epoch 0 iteration 2" in caplog.text
+    assert os.listdir(tmp_path / "checkpoints")
+    assert not os.path.exists(tmp_path / "model" / "model.params")
