@@ -62,7 +62,7 @@ def bare_loop(net, loader, trainer, per_rank, steps, config):
     batches = iter(loader)
     for _ in range(steps):
         batch = next(batches)
-        task(batch, sink)
+        sink.add_step(task(batch))
         trainer.step(per_rank)
         mx.nd.waitall()
     return steps * per_rank / (time.perf_counter() - start)
