@@ -137,3 +137,16 @@ def test_a_circle_is_found_and_named():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert set(circles(graph)) == {"a", "b", "c"}
     assert circles(graph)["a"] == ("a", "b", "c", "a")
+
+
+def test_every_module_of_the_package_has_its_test_module_in_the_mirroring_folder():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    missing = []
+    for module in module_names():
+        parts = module.split(".")[1:]
+        if source_path(module).endswith("__init__.py"):  # a package's face (the registry: test_registry)
+            continue
+        expected = os.path.join(tests, *parts[:-1], "test_%s.py" % parts[-1])
+        if not os.path.isfile(expected):
+            missing.append("%s -> %s" % (module, os.path.relpath(expected, tests)))
+    assert not missing, "modules without their test module: %s" % ", ".join(missing)

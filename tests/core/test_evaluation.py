@@ -1,0 +1,59 @@
+"""Validation's shared scoring (core/evaluation.py): GluonCV's metric results as fractions, every
+rank's detections merged in dataset order, and predicted masks as COCO RLE of the whole image."""
+
+import numpy as np
+import pycocotools.mask as cocomask
+import pytest
+
+from detector_training.core.evaluation import ap_fraction, coco_result, combine, image_masks, voc_result
+
+
+def test_voc_result_is_per_class_ap_then_the_map_at_iou_half():
+    result = voc_result(["circle", "square", "mAP"], [0.5, np.nan, 0.25])
+    assert result["mAP"] == result["AP50"] == 0.25
+    assert result["per_class"]["circle"] == 0.5 and np.isnan(result["per_class"]["square"])
+    assert voc_result(["a", "mAP"], [0.1, np.nan])["mAP"] == 0.0  # undefined counts as 0
+
+
+def test_coco_result_reads_percent_strings_and_ap50_from_the_summary():
+    summary = ("~~~~ Summary metrics ~~~~\n Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | "
+               "maxDets=100 ] = 0.300\n Average Precision  (AP) @[ IoU=0.50      | area=   all | "
+               "maxDets=100 ] = 0.612\n")
+    result = coco_result(["~~~~ Summary metrics ~~~~", "a", "b", "mAP"], [summary, "20.0", "40.0", "30.0"],
+                         ("a", "b"))
+    assert result == {"mAP": pytest.approx(0.3), "AP50": pytest.approx(0.612),
+                      "per_class": {"a": pytest.approx(0.2), "b": pytest.approx(0.4)}}
+    # No usable predictions: GluonCV gives only the headline; every class scores 0.
+    assert coco_result(["mAP"], ["0.0"], ("a", "b")) == {"mAP": 0.0, "AP50": 0.0,
+                                                         "per_class": {"a": 0.0, "b": 0.0}}
+    assert ap_fraction(-1.0) == 0.0 and ap_fraction(float("nan")) == 0.0 and ap_fraction(0.4) == 0.4
+
+
+class _Recorder:
+    def __init__(self):
+        self.updates = []
+
+    def update(self, *args):
+        self.updates.append(args)
+
+    def get(self):
+        return ["a", "mAP"], [0.5, 0.5]
+
+
+def test_every_ranks_detections_are_scored_once_in_dataset_order():
+    rank0 = [(0, "b0", "i0", "s0", "g0", "c0", "d0"), (2, "b2", "i2", "s2", "g2", "c2", "d2")]
+    rank1 = [(1, "b1", "i1", "s1", "g1", "c1", "d1")]
+    metric = _Recorder()
+    assert combine(metric, [rank0, rank1])["mAP"] == 0.5
+    assert [u[0] for u in metric.updates] == ["b0", "b1", "b2"] and len(metric.updates[0]) == 6
+
+
+def test_a_mask_in_its_box_becomes_rle_of_the_whole_image():
+    masks = np.ones((1, 14, 14), dtype="float32")  # the whole box is the object
+    boxes = np.array([[4.0, 2.0, 13.0, 9.0]], dtype="float32")
+    (rle,) = image_masks(masks, boxes, width=20, height=12)
+    assert rle["size"] == [12, 20] and isinstance(rle["counts"], str)
+    decoded = cocomask.decode({"size": rle["size"], "counts": rle["counts"].encode("ascii")})
+    ys, xs = np.nonzero(decoded)
+    assert decoded.shape == (12, 20)
+    assert abs(xs.min() - 4) <= 1 and abs(xs.max() - 13) <= 1 and abs(ys.min() - 2) <= 1 and abs(ys.max() - 9) <= 1

@@ -1,0 +1,71 @@
+"""The seam every family fulfils: each listed network builds from scratch, trains one step and
+validates on tiny images (the real builder, transform and batchify, the step with its named losses,
+the SGD update, and the distributed validation at size 1); Faster R-CNN networks on VOC-format data,
+Mask R-CNN networks on COCO-format instances."""
+
+import math
+
+import mxnet as mx
+import pytest
+from detector_training import families
+from detector_training.core.distributed import SingleProcess
+from detector_training.core.engine import MetricSums
+from detector_training.core.evaluation import validate
+from detector_training.core.networks import (
+    trainable_params,
+)
+from detector_training.data.synthetic_coco import generate as generate_coco
+from detector_training.data.synthetic_voc import generate
+from detector_training.job.config import from_hyperparameters
+
+
+@pytest.fixture(scope="module")
+def voc_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("voc"))
+    generate(root, train_2007=2, test_2007=1, train_2012=0, seed=3)
+    return root
+
+
+@pytest.fixture(scope="module")
+def coco_root(tmp_path_factory):
+    return generate_coco(str(tmp_path_factory.mktemp("coco")), n_train=2, n_val=1, seed=3)
+
+
+def one_step_and_validation(root, hyperparameters, scratch):
+    config = from_hyperparameters(dict({"dataset": "custom", "pretrained_base": "false",
+                                        "train_splits": "2007_trainval", "num_workers": "0",
+                                        "batch_size": "1"}, **hyperparameters))
+    dist, ctx, family = SingleProcess(), mx.cpu(), families.get(config.network)
+    datasets = family.read_datasets(config, root)
+    net = family.build_network(config, datasets.classes, 1, False, None, ctx)
+    family.fit_to_data(net, config, datasets)
+    train = family.train_loader(config, net, datasets, dist.world, 1, 1, 0)
+    family.materialize(net, train.first_batch(), ctx)
+    net.hybridize()
+    trainer = mx.gluon.Trainer(trainable_params(net), "sgd", {"learning_rate": 0.001})
+    step, sums = family.make_step(net, config, ctx), MetricSums()
+    for batch in train.loader:
+        values = step(batch)
+        assert set(values) == set(family.log_names)
+        sums.add_step(values)
+        trainer.step(1)
+        break
+    losses = MetricSums.values_from_flat(family.loss_names, sums.flat(family.loss_names))
+    net.hybridize()  # inference takes other inputs: the job rebuilds the graph the same way
+    val_loader, indices = family.val_loader(config, net, datasets, dist.world, 0)
+    return losses, validate(family, net, val_loader, indices, ctx, dist, config, datasets,
+                            str(scratch))
+
+
+@pytest.mark.parametrize("network", families.network_names())
+def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_root, coco_root, network,
+                                                                        tmp_path):
+    hyperparameters = {"network": network, "short": "64", "max_size": "96"}
+    if families.get(network).name == "mask_rcnn":  # instance masks come in COCO format
+        hyperparameters.update(dataset="coco", train_splits="instances_train2017")
+    losses, result = one_step_and_validation(
+        coco_root if hyperparameters.get("dataset") == "coco" else voc_root, hyperparameters, tmp_path)
+    assert set(losses) == set(families.get(network).loss_names)
+    assert all(math.isfinite(v) for v in losses.values()), losses
+    assert result["images"] == 1
+    assert all(0.0 <= result[name] <= 1.0 for name in families.get(network).score_names)
