@@ -73,12 +73,13 @@ def main(argv=None):
     parser.add_argument("--instance-type", required=True, help="e.g. ml.p3.16xlarge, local, local_gpu")
     parser.add_argument("--instance-count", type=int, default=1)
     parser.add_argument("--input", action="append", default=[], metavar="CHANNEL=URI",
-                        help="input channel (voc, pretrained, model); repeatable")
+                        help="input channel (voc, coco, train, pretrained, model, config); repeatable")
     parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="hyperparameter; repeatable")
     parser.add_argument("--volume-size", type=int, default=100)
     parser.add_argument("--max-run", type=int, default=5 * 24 * 3600)
     parser.add_argument("--output-path")
     parser.add_argument("--checkpoint-s3-uri")
+    parser.add_argument("--tensorboard-s3-uri", help="sync TensorBoard event files here while the job runs")
     parser.add_argument("--spot", action="store_true", help="managed spot training")
     parser.add_argument("--max-wait", type=int)
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
@@ -92,6 +93,7 @@ def main(argv=None):
             volume_size=args.volume_size, max_run=args.max_run, output_path=args.output_path,
             checkpoint_s3_uri=args.checkpoint_s3_uri, use_spot_instances=args.spot,
             max_wait=args.max_wait, processes_per_host=args.processes_per_host,
+            tensorboard_s3_uri=args.tensorboard_s3_uri,
             tags=[{"Key": k, "Value": v} for k, v in _pairs(args.tag, "--tag").items()])
         estimator = launch(spec, _pairs(args.input, "--input"), wait=not args.no_wait)
     except LaunchError as exc:

@@ -8,7 +8,8 @@ anything is sent; metric definitions come from the container's single source
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from detector_training.job.config import from_hyperparameters
+from detector_training.job.config import LAUNCH_KEYS, from_hyperparameters, parse_hyperparameters
+from detector_training.job.config_file import CONFIG_CHANNEL, CONFIG_FILE_KEY
 from detector_training.errors import ConfigError
 from detector_training.job.guards import WORKING_FAMILIES, unsupported_gpu
 from detector_training.job.metrics import METRIC_DEFINITIONS
@@ -72,18 +73,26 @@ class JobSpec:
     base_job_name: str = "detector"
     processes_per_host: Optional[int] = None
     shm_size: str = "2g"  # local mode: Docker's 64 MB default breaks data loading and NCCL
+    tensorboard_s3_uri: Optional[str] = None  # where SageMaker syncs output/tensorboard while it runs
     environment: Dict[str, str] = field(default_factory=dict)
 
 
-def hyperparameters_for(spec):
+def hyperparameters_for(spec, config_channel=False):
     """The hyperparameters to send, validated by the container's schema, with processes_per_host
-    (the container's MPI setting) made explicit. Raises LaunchError naming what is wrong."""
+    (the container's MPI setting) made explicit. Raises LaunchError naming what is wrong.
+
+    With a config file (``config_file``, or a ``config`` channel: ``config_channel``) the job
+    reads the file, which is not at hand here: each hyperparameter is checked on its own, and the
+    whole configuration by the job."""
     pph = spec.processes_per_host or processes_per_host(spec.instance_type)
     values = {k: _as_text(v) for k, v in spec.hyperparameters.items()}
     values["processes_per_host"] = str(pph)
     try:
-        config = from_hyperparameters(values)
-        config.per_rank_batch(spec.instance_count * pph)
+        if config_channel or CONFIG_FILE_KEY in values:
+            parse_hyperparameters(values, LAUNCH_KEYS + (CONFIG_FILE_KEY,))
+        else:
+            config = from_hyperparameters(values)
+            config.per_rank_batch(spec.instance_count * pph)
     except ConfigError as exc:
         raise LaunchError(str(exc)) from exc
     return values
@@ -112,14 +121,22 @@ def _check(spec):
                               % (spec.max_wait, spec.max_run))
     if local and spec.checkpoint_s3_uri:
         raise LaunchError("local mode does not sync checkpoints to S3; drop checkpoint_s3_uri.")
+    if spec.tensorboard_s3_uri is not None:
+        if local:
+            raise LaunchError("local mode does not sync TensorBoard files to S3 (they come back in "
+                              "output.tar.gz, under tensorboard/); drop tensorboard_s3_uri.")
+        if not spec.tensorboard_s3_uri.startswith("s3://") or len(spec.tensorboard_s3_uri) <= 5:
+            raise LaunchError("tensorboard_s3_uri=%r: expected an s3://bucket/prefix/ URI."
+                              % spec.tensorboard_s3_uri)
 
 
-def build_estimator(spec, session=None):
-    """A SageMaker SDK v2 Estimator for the detector-training image."""
+def build_estimator(spec, session=None, config_channel=False):
+    """A SageMaker SDK v2 Estimator for the detector-training image (``config_channel``: the job
+    gets a ``config`` channel, its config file)."""
     from sagemaker.estimator import Estimator
 
     _check(spec)
-    hyperparameters = hyperparameters_for(spec)
+    hyperparameters = hyperparameters_for(spec, config_channel)
     if session is None and spec.instance_type in LOCAL_TYPES:
         from sagemaker.local import LocalSession
 
@@ -136,6 +153,10 @@ def build_estimator(spec, session=None):
     if spec.instance_type not in LOCAL_TYPES:
         kwargs.update(use_spot_instances=spec.use_spot_instances, max_wait=spec.max_wait,
                       checkpoint_s3_uri=spec.checkpoint_s3_uri)
+    if spec.tensorboard_s3_uri:
+        from sagemaker.debugger import TensorBoardOutputConfig
+
+        kwargs["tensorboard_output_config"] = TensorBoardOutputConfig(s3_output_path=spec.tensorboard_s3_uri)
     return Estimator(**kwargs)
 
 
@@ -149,6 +170,6 @@ def launch(spec, inputs, wait=True, logs=True, session=None):
             "'s3://.../'} (COCO-format data, with dataset=coco) or {'train': 's3://.../'} (your own "
             "VOC-format data, with dataset=custom); file:// URIs in local mode. Or set the "
             "hyperparameter data_s3_uri to where the VOC tars are.")
-    estimator = build_estimator(spec, session)
+    estimator = build_estimator(spec, session, config_channel=CONFIG_CHANNEL in (inputs or {}))
     estimator.fit(inputs or None, wait=wait, logs="All" if (logs and wait) else "None")
     return estimator

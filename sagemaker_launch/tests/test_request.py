@@ -128,3 +128,55 @@ def test_a_job_without_data_is_refused_and_told_the_channels():
                    output_path="s3://detector-test-bucket/out/",
                    hyperparameters={"data_s3_uri": "s3://b/voc/"}), {}, wait=False, session=session)
     assert captured["HyperParameters"]["data_s3_uri"] == "s3://b/voc/"
+
+
+OUT = "s3://detector-test-bucket/out/"  # else the SDK looks for its default bucket
+
+
+def test_tensorboard_s3_uri_sets_the_jobs_tensorboard_output_config():
+    session, captured, _ = stubbed_session()
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                   tensorboard_s3_uri="s3://detector-test-bucket/tb/run-1/")
+    launch(spec, {"voc": "s3://b/voc/"}, wait=False, session=session)
+    assert captured["TensorBoardOutputConfig"]["S3OutputPath"] == "s3://detector-test-bucket/tb/run-1/"
+    session, captured, _ = stubbed_session()
+    launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT), {"voc": "s3://b/voc/"},
+           wait=False, session=session)
+    assert "TensorBoardOutputConfig" not in captured
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(tensorboard_s3_uri="/tmp/tb"), "expected an s3://bucket/prefix/ URI"),
+    (dict(tensorboard_s3_uri="s3://b/tb/", instance_type="local"), "they come back in output.tar.gz"),
+])
+def test_a_tensorboard_s3_uri_that_cannot_work_is_refused(changes, words):
+    session, _, _ = stubbed_session()
+    spec = JobSpec(**dict(dict(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT), **changes))
+    with pytest.raises(LaunchError, match=words):
+        launch(spec, {"voc": "s3://b/voc/"}, wait=False, session=session)
+
+
+def test_hyperparameters_over_a_config_file_are_checked_one_by_one():
+    """The config file is in a channel the launcher does not read: the hyperparameters going over
+    it are checked each on its own (names and values); the whole configuration by the job."""
+    session, captured, _ = stubbed_session()
+    # classes without dataset=coco would be refused on its own; the file may say dataset=coco.
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                   hyperparameters={"lr": 0.01, "classes": "cat,dog"})
+    launch(spec, {"coco": "s3://b/coco/", "config": "s3://b/experiments/1/"}, wait=False, session=session)
+    assert captured["HyperParameters"]["classes"] == "cat,dog"
+    session, captured, _ = stubbed_session()
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                   hyperparameters={"config_file": "coco/experiment.yaml", "epochs": 3})
+    launch(spec, {"coco": "s3://b/coco/"}, wait=False, session=session)
+    assert captured["HyperParameters"]["config_file"] == "coco/experiment.yaml"
+    for hyperparameters, words in (({"epochs": "ten"}, "epochs=ten: expected"),
+                                   ({"weight_decay": 0.1}, "did you mean 'wd'")):
+        with pytest.raises(LaunchError, match=words):
+            launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                           hyperparameters=hyperparameters), {"config": "s3://b/c/"}, wait=False,
+                   session=stubbed_session()[0])
+    with pytest.raises(LaunchError, match="classes is only used with dataset=custom or coco"):
+        launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                       hyperparameters={"classes": "cat,dog"}), {"voc": "s3://b/voc/"}, wait=False,
+               session=stubbed_session()[0])

@@ -155,6 +155,25 @@ def test_data_one_folder_down_in_the_channel_is_found(coco_root, tmp_path):
     assert build_datasets(config(), str(channel)).classes == ("circle", "square", "triangle")
 
 
+def test_an_annotation_file_named_by_path_stays_inside_the_channels(tmp_path):
+    from detector_training.data.coco_format import named_annotation_file
+
+    channels = tmp_path / "data"
+    (channels / "coco" / "labels").mkdir(parents=True)
+    (channels / "coco" / "labels" / "instances_val2017.json").write_text("{}")
+    (tmp_path / "outside.json").write_text("{}")
+    images, split, path = named_annotation_file(str(channels), "val", "coco/labels/instances_val2017.json", "")
+    assert (images, split) == (str(channels / "coco" / "labels"), "instances_val2017")
+    assert path == str(channels / "coco" / "labels" / "instances_val2017.json")
+    assert named_annotation_file(str(channels), "val", "coco/labels/instances_val2017.json",
+                                 "coco/pictures")[0] == str(channels / "coco" / "pictures")
+    for annotation, images, expected in (("../outside.json", "", "val_annotation_file=../outside.json lies outside"),
+                                         ("coco/labels/instances_val2017.json", "/tmp", "val_image_dir=/tmp lies outside"),
+                                         ("coco/labels/missing.json", "", "no such file in the job's channels")):
+        with pytest.raises(DataError, match=expected):
+            named_annotation_file(str(channels), "val", annotation, images)
+
+
 DEEP = "[" * 100000 + "]" * 100000
 
 

@@ -142,3 +142,11 @@ def read_json(path, cap, *, error=DataError, fix="write it as valid JSON.", max_
     if len(data) > cap:
         raise error("%s is larger than the %d bytes allowed." % (path, cap), fix)
     return parse_json(data, path, max_depth=max_depth, error=error, fix=fix)
+
+
+def path_inside(root, path):
+    """``path`` (absolute, or relative to ``root``) as a real path, if it lies inside ``root``
+    after every ``..`` and symbolic link is resolved; None when it leaves ``root``."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(real_root, path))
+    return real if real == real_root or real.startswith(real_root + os.sep) else None

@@ -16,7 +16,7 @@ import io
 import json
 import os
 
-from detector_training.core.files import json_preview, read_json
+from detector_training.core.files import json_preview, path_inside, read_json
 from detector_training.errors import DataError
 
 ANNOTATIONS = "annotations"
@@ -44,6 +44,30 @@ def find_coco_root(channel, split):
                     "put the COCO-format data in the channel as annotations/<split>.json with the "
                     "images under the split's folder (annotations/instances_train2017.json and "
                     "train2017/), or name the splits with train_splits/val_splits.")
+
+
+def named_annotation_file(channels_dir, split_kind, annotation_path, image_dir):
+    """A ``<split_kind>_annotation_file`` (train or val): (image root, split name, annotation
+    file), both paths checked to lie inside ``channels_dir``. The split is named after the file
+    (``labels/instances_val2017.json`` -> ``instances_val2017``); the image root is
+    ``<split_kind>_image_dir``, else the file's folder."""
+    file_key, dir_key = split_kind + "_annotation_file", split_kind + "_image_dir"
+    resolved = {}
+    for key, value in ((file_key, annotation_path), (dir_key, image_dir)):
+        if value:
+            resolved[key] = path_inside(channels_dir, value)
+            if resolved[key] is None:
+                raise DataError("%s=%s lies outside the job's channels (%s)." % (key, value, channels_dir),
+                                "name a path inside a channel, relative to %s (e.g. "
+                                "coco/labels/train.json)." % channels_dir)
+    path = resolved[file_key]
+    if not os.path.isfile(path):
+        raise DataError("%s=%s: no such file in the job's channels (%s)." % (file_key, annotation_path,
+                                                                            channels_dir),
+                        "give the path of the COCO-format JSON relative to %s, starting with its "
+                        "channel's name." % channels_dir)
+    images = resolved.get(dir_key, os.path.dirname(path))
+    return images, os.path.splitext(os.path.basename(path))[0], path
 
 
 def _number(value):
@@ -194,7 +218,7 @@ def load_splits(reader, read_objects):
     out. Returns (image paths, objects, width/height ratios, (image id, width, height) per image)."""
     items, objects, ratios, images = [], [], [], []
     for split in reader._splits:  # pylint: disable=protected-access
-        path = annotation_file(reader._root, split)  # pylint: disable=protected-access
+        path = reader.annotation_files.get(split) or annotation_file(reader._root, split)  # pylint: disable=protected-access
         document = read_document(path)
         if not reader._classes:  # pylint: disable=protected-access
             reader._classes = choose_classes(category_names(document, path), reader._requested, path)  # pylint: disable=protected-access
@@ -231,13 +255,15 @@ def coco_dataset_class():
 
     class CocoFormatDetection(COCODetection):
         """GluonCV's COCO reader for any COCO-format file. ``classes``: the categories to read
-        (all of the first split's when empty; names matched without regard to case)."""
+        (all of the first split's when empty; names matched without regard to case);
+        ``annotation_files``: a split's JSON where it is not ``<root>/annotations/<split>.json``."""
 
         CLASSES = ()
 
-        def __init__(self, root, splits, classes=(), **kwargs):
+        def __init__(self, root, splits, classes=(), annotation_files=None, **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
+            self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
             super().__init__(root=root, splits=splits, **kwargs)
 
         @property
@@ -265,9 +291,10 @@ def coco_instance_class():
 
         CLASSES = ()
 
-        def __init__(self, root, splits, classes=(), **kwargs):
+        def __init__(self, root, splits, classes=(), annotation_files=None, **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
+            self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
             self.images = []
             super().__init__(root=root, splits=splits, **kwargs)
 

@@ -45,6 +45,11 @@ class JobPaths:
         return self._p("output")
 
     @property
+    def tensorboard_dir(self):
+        """Synced to S3 while the job runs when it has a TensorBoardOutputConfig."""
+        return self._p("output", "tensorboard")
+
+    @property
     def failure_file(self):
         return self._p("output", "failure")
 

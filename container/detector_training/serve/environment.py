@@ -16,8 +16,8 @@ shared out evenly as each worker's threads, which shortens one large model's for
 
 from dataclasses import dataclass
 
+from detector_training import settings
 from detector_training.errors import ConfigError
-from detector_training.settings import name as setting_name
 
 MODEL_DIR = "/opt/ml/model"
 PORT = 8080
@@ -64,7 +64,7 @@ def read_environment(environ, cpu_count, gpu_count):
                           % (workers, gpus), "set it to %d or less, or leave it unset "
                           "(one worker per GPU)." % gpus)
     return ServeEnvironment(
-        model_dir=environ.get(setting_name("MODEL_DIR"), "").strip() or MODEL_DIR,
+        model_dir=environ.get(settings.name("MODEL_DIR"), "").strip() or MODEL_DIR,
         port=_integer(environ, "SAGEMAKER_BIND_TO_PORT", PORT, 1, 65535),
         workers=workers,
         threads_per_worker=max(1, cores // workers),
@@ -72,8 +72,8 @@ def read_environment(environ, cpu_count, gpu_count):
         timeout=_integer(environ, "SAGEMAKER_MODEL_SERVER_TIMEOUT", TIMEOUT, 1),
         max_payload_mb=_integer(environ, "SAGEMAKER_MAX_PAYLOAD_IN_MB", PAYLOAD_MB, 1, 100),
         batch=environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true",
-        threshold=_fraction(environ, setting_name("SCORE_THRESHOLD"), THRESHOLD),
-        max_detections=_integer(environ, setting_name("MAX_DETECTIONS"), MAX_DETECTIONS, 1),
+        threshold=_fraction(environ, settings.name("SCORE_THRESHOLD"), THRESHOLD),
+        max_detections=_integer(environ, settings.name("MAX_DETECTIONS"), MAX_DETECTIONS, 1),
     )
 
 
