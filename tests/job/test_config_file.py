@@ -197,6 +197,13 @@ def test_json_files_get_lines_too_and_duplicate_keys_are_errors(tmp_path):
     assert "line 4: key 'lr' is given twice (lines 2 and 4)" in message
 
 
+@pytest.mark.parametrize("nested", ["train: " + "[" * 20000 + "]" * 20000,
+                                    "train: " + "{a: " * 5000 + "1" + "}" * 5000,
+                                    '{"train": ' + "[" * 20000 + "]" * 20000 + "}"])
+def test_values_nested_too_deep_are_refused_not_a_recursion_error(tmp_path, nested):
+    assert "line 1: values are nested deeper than 32 levels" in problems_of(tmp_path, nested)
+
+
 def test_a_file_over_the_size_limit_is_refused_before_parsing(tmp_path, monkeypatch):
     from detector_training.job import config_file
 

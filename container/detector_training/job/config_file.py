@@ -81,6 +81,9 @@ class _DuplicateKey(yaml.MarkedYAMLError):
     pass
 
 
+MAX_DEPTH = 32  # a config file's sections hold values two or three levels deep
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader that refuses aliases and keys given twice and keeps key lines."""
 
@@ -90,7 +93,15 @@ class _Loader(yaml.SafeLoader):
             raise yaml.composer.ComposerError(None, None, "aliases (*%s) are not accepted in a config "
                                               "file; write the value out" % event.anchor,
                                               event.start_mark)
-        return super().compose_node(parent, index)
+        # PyYAML composes and constructs recursively: deep nesting would end in a RecursionError.
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, "values are nested deeper than %d levels"
+                                                  % MAX_DEPTH, self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_line_mapping(self, node):
         mapping = _Mapping()
