@@ -111,7 +111,11 @@ COPY docker/build_check.py /opt/detector-training/build_check.py
 RUN LD_LIBRARY_PATH=/opt/detector-training/cuda-stub python /opt/detector-training/build_check.py --variant "${VARIANT}"
 
 WORKDIR /opt/ml
+# SageMaker runs `docker run IMAGE train` for training and `docker run IMAGE serve` for endpoints
+# and batch transform: both are entrypoint/ executables, first on PATH.
 ENTRYPOINT []
 CMD ["train"]
+# `serve` listens on $SAGEMAKER_BIND_TO_PORT when set (inference pipelines), else on 8080.
+LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
 # Marks this image's builds, so that `make image` can remove the untagged ones a rebuild leaves.
 LABEL org.opencontainers.image.title=detector-training

@@ -7,7 +7,9 @@
 2. Input pipeline: the share of step time spent waiting for the loader, with the default
    num_workers and with num_workers=0 (the baseline: loading inline).
 
-Usage: python benchmarks/engine_overhead.py [--rounds 3] [--steps 24] [--json out.json]
+Prints the table that benchmarks/README.md keeps; ``--json`` also writes every figure.
+
+Usage: python benchmarks/engine_overhead.py [--rounds 3] [--images 48] [--json out.json]
 """
 
 import argparse
@@ -60,7 +62,7 @@ def bare_loop(net, loader, trainer, per_rank, steps, config):
     batches = iter(loader)
     for _ in range(steps):
         batch = next(batches)
-        task(batch, sink)
+        sink.add_step(task(batch))
         trainer.step(per_rank)
         mx.nd.waitall()
     return steps * per_rank / (time.perf_counter() - start)
@@ -80,6 +82,22 @@ def engine_loop(config, dist, net, loader, sampler, mixup, trainer, per_rank, st
     engine.run()
     elapsed = time.perf_counter() - start
     return steps * per_rank / elapsed, engine.history[-1]["data_wait_pct"]
+
+
+def table(result):
+    """The result as the markdown table benchmarks/README.md keeps."""
+    return "\n".join([
+        "| benchmark | figure |",
+        "|---|---|",
+        "| engine overhead: engine / bare loop, images/s (median of %d rounds) | **%.3f** (engine %s; bare %s) |"
+        % (len(result["engine_images_per_s"]), result["engine_over_bare_ratio_median"],
+           ", ".join("%.1f" % x for x in result["engine_images_per_s"]),
+           ", ".join("%.1f" % x for x in result["bare_images_per_s"])),
+        "| input pipeline: share of step time waiting for data, num_workers=%d | **%.2f %%** |"
+        % (result["default_num_workers"], result["data_wait_pct_default_workers"]),
+        "| input pipeline: the same, loading inline (num_workers=0) | %.2f %% |"
+        % result["data_wait_pct_inline_loading"],
+    ])
 
 
 def main(argv=None):
@@ -120,7 +138,7 @@ def main(argv=None):
         "data_wait_pct_inline_loading": round(statistics.median(inline_waits), 2),
         "steps_per_round": steps, "batch": per_rank, "cpus": os.cpu_count(),
     }
-    print(json.dumps(result, indent=1))
+    print(table(result))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=1)

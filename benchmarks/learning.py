@@ -78,11 +78,10 @@ def mask_rcnn_hyperparameters(epochs):
                 epochs=str(epochs), lr_decay_epoch=str(max(1, epochs - 1)), log_interval="50")
 
 
-# epochs: the family's budget, sized so that a run costs about the same CPU seconds (110-130 on
-# 2 cores): Faster R-CNN's small network (stride 8, stage 3 per RoI since issue 15c) 8 epochs,
-# YOLOv3 at 128 pixels 12. Mask R-CNN gets `make run-mask`'s 4 epochs of 72 images (about three
-# times the CPU seconds): with the others' budget it would stop in its first epoch, where its
-# scores are still at chance.
+# epochs: the family's budget, sized so that a run costs about the same CPU time: Faster R-CNN's
+# small network (stride 8, stage 3 per RoI) 8 epochs, YOLOv3 at 128 pixels 12. Mask R-CNN gets
+# `make run-mask`'s 4 epochs of 72 images (about three times the CPU time): with the others'
+# budget it would stop in its first epoch, where its scores are still at chance.
 FAMILIES = {
     "faster_rcnn": dict(network="faster_rcnn_resnet18_v1b_voc", epochs=8,
                         hyperparameters=faster_rcnn_hyperparameters, data="voc"),

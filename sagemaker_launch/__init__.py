@@ -1,14 +1,17 @@
-"""Build and start object-detector training jobs for the detector-training image (SageMaker SDK v2).
+"""Build and start object-detector training jobs for the detector-training image, deploy their
+models and batch-transform images with them (SageMaker SDK v2).
 
     from sagemaker_launch import build_estimator, launch
     est = launch(image_uri=..., role=..., instance_type="ml.p3.16xlarge", instance_count=2,
                  hyperparameters={"epochs": 20}, inputs={"voc": "s3://bucket/voc/"})
 """
 
+from .deploy import DetectorPredictor, deploy, transform
 from .job import (JobSpec, LaunchError, build_estimator, hyperparameters_for, launch, manifest_inputs,
                   processes_per_host)
 from .results import download_model, summary
 from .tuning import build_tuner
 
 __all__ = ["JobSpec", "LaunchError", "build_estimator", "hyperparameters_for", "launch", "manifest_inputs",
-           "processes_per_host", "build_tuner", "download_model", "summary"]
+           "processes_per_host", "build_tuner", "download_model", "summary", "DetectorPredictor",
+           "deploy", "transform"]

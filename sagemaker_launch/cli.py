@@ -1,14 +1,19 @@
-"""detector-launch: start a training job from the command line.
+"""detector-launch: start a training job, deploy its model or batch-transform images with it.
 
     detector-launch --image 123.dkr.ecr.us-east-1.amazonaws.com/detector-training:abc --role ROLE_ARN \\
         --instance-type ml.p3.16xlarge --instance-count 2 --input voc=s3://bucket/voc/ \\
         --hp epochs=20 --hp batch_size=16 --checkpoint-s3-uri s3://bucket/ckpt/ --spot --max-wait 200000
+    detector-launch deploy --model s3://bucket/.../model.tar.gz --image IMAGE --role ROLE_ARN \\
+        --instance-type ml.c5.xlarge [--endpoint-name NAME] [--threshold 0.3]
+    detector-launch transform --model s3://bucket/.../model.tar.gz --image IMAGE --role ROLE_ARN \\
+        --instance-type ml.c5.xlarge --input s3://bucket/images/ --output s3://bucket/detections/
 """
 
 import argparse
 import json
 import sys
 
+from .deploy import deploy, transform
 from .job import JobSpec, LaunchError, launch, manifest_inputs
 
 
@@ -22,14 +27,53 @@ def _pairs(items, what):
     return result
 
 
+def serving_main(command, argv):
+    """``deploy`` and ``transform``: the model of a job (its model.tar.gz) on an endpoint, or over
+    every image under an S3 prefix."""
+    parser = argparse.ArgumentParser(prog="detector-launch " + command, description=(
+        "Deploy a trained model to an endpoint." if command == "deploy" else
+        "Batch-transform every image under an S3 prefix, one <name>.out of detections per image."))
+    parser.add_argument("--model", required=True, help="s3:// URI of the job's model.tar.gz (file:// in local mode)")
+    parser.add_argument("--image", required=True, help="the detector-training image that trained it")
+    parser.add_argument("--role", required=True, help="execution role ARN")
+    parser.add_argument("--instance-type", required=True, help="e.g. ml.c5.xlarge, ml.g5.xlarge, local")
+    parser.add_argument("--instance-count", type=int, default=1)
+    parser.add_argument("--threshold", type=float, help="default minimum score (serve's default: 0.5)")
+    parser.add_argument("--max-detections", type=int, help="default most detections per image (100)")
+    if command == "deploy":
+        parser.add_argument("--endpoint-name")
+    else:
+        parser.add_argument("--input", required=True, help="S3 prefix of the images")
+        parser.add_argument("--output", required=True, help="S3 prefix for the <image>.out files")
+    parser.add_argument("--no-wait", action="store_true", help="return once the request is made")
+    args = parser.parse_args(argv)
+    common = dict(instance_count=args.instance_count, image_uri=args.image, role=args.role,
+                  threshold=args.threshold, max_detections=args.max_detections, wait=not args.no_wait)
+    try:
+        if command == "deploy":
+            predictor = deploy(args.model, args.instance_type, endpoint_name=args.endpoint_name, **common)
+            print(json.dumps({"endpoint_name": predictor.endpoint_name}))
+        else:
+            transformer = transform(args.model, args.input, args.output, args.instance_type, **common)
+            print(json.dumps({"transform_job": transformer.latest_transform_job.name, "output": args.output}))
+    except LaunchError as exc:
+        print("detector-launch %s: %s" % (command, exc), file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Start a Faster R-CNN training job (SageMaker SDK v2).")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("deploy", "transform"):
+        return serving_main(argv[0], argv[1:])
+    parser = argparse.ArgumentParser(description="Start a training job (SageMaker SDK v2); "
+                                     "'detector-launch deploy|transform --help' for serving its model.")
     parser.add_argument("--image", required=True, help="image URI (or detector-training:cpu in local mode)")
     parser.add_argument("--role", required=True, help="execution role ARN")
     parser.add_argument("--instance-type", required=True, help="e.g. ml.p3.16xlarge, local, local_gpu")
     parser.add_argument("--instance-count", type=int, default=1)
     parser.add_argument("--input", action="append", default=[], metavar="CHANNEL=URI",
-                        help="input channel (voc, pretrained, model); repeatable")
+                        help="input channel (voc, coco, train, pretrained, model, config); repeatable")
     parser.add_argument("--manifest", action="append", default=[], metavar="CHANNEL=S3_URI",
                         help="a Ground Truth manifest as a Pipe-mode augmented-manifest channel "
                              "(train, validation), as the built-in algorithm takes it; repeatable")
@@ -41,6 +85,7 @@ def main(argv=None):
     parser.add_argument("--max-run", type=int, default=5 * 24 * 3600)
     parser.add_argument("--output-path")
     parser.add_argument("--checkpoint-s3-uri")
+    parser.add_argument("--tensorboard-s3-uri", help="sync TensorBoard event files here while the job runs")
     parser.add_argument("--spot", action="store_true", help="managed spot training")
     parser.add_argument("--max-wait", type=int)
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
@@ -54,6 +99,7 @@ def main(argv=None):
             volume_size=args.volume_size, max_run=args.max_run, output_path=args.output_path,
             checkpoint_s3_uri=args.checkpoint_s3_uri, use_spot_instances=args.spot,
             max_wait=args.max_wait, processes_per_host=args.processes_per_host,
+            tensorboard_s3_uri=args.tensorboard_s3_uri,
             tags=[{"Key": k, "Value": v} for k, v in _pairs(args.tag, "--tag").items()])
         inputs = _pairs(args.input, "--input")
         if args.manifest:

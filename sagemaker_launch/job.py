@@ -5,10 +5,12 @@ anything is sent; metric definitions come from the container's single source
 (detector_training.job.metrics); processes per host follow the instance type's GPU count.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from detector_training.job.config import from_hyperparameters
+from detector_training.job.config import LAUNCH_KEYS, from_hyperparameters, parse_hyperparameters
+from detector_training.job.config_file import CONFIG_CHANNEL, CONFIG_FILE_KEY
 from detector_training.errors import ConfigError
 from detector_training.job.guards import WORKING_FAMILIES, unsupported_gpu
 from detector_training.job.metrics import METRIC_DEFINITIONS
@@ -72,18 +74,26 @@ class JobSpec:
     base_job_name: str = "detector"
     processes_per_host: Optional[int] = None
     shm_size: str = "2g"  # local mode: Docker's 64 MB default breaks data loading and NCCL
+    tensorboard_s3_uri: Optional[str] = None  # where SageMaker syncs output/tensorboard while it runs
     environment: Dict[str, str] = field(default_factory=dict)
 
 
-def hyperparameters_for(spec):
+def hyperparameters_for(spec, config_channel=False):
     """The hyperparameters to send, validated by the container's schema, with processes_per_host
-    (the container's MPI setting) made explicit. Raises LaunchError naming what is wrong."""
+    (the container's MPI setting) made explicit. Raises LaunchError naming what is wrong.
+
+    With a config file (``config_file``, or a ``config`` channel: ``config_channel``) the job
+    reads the file, which is not at hand here: each hyperparameter is checked on its own, and the
+    whole configuration by the job."""
     pph = spec.processes_per_host or processes_per_host(spec.instance_type)
     values = {k: _as_text(v) for k, v in spec.hyperparameters.items()}
     values["processes_per_host"] = str(pph)
     try:
-        config = from_hyperparameters(values)
-        config.per_rank_batch(spec.instance_count * pph)
+        if config_channel or CONFIG_FILE_KEY in values:
+            parse_hyperparameters(values, LAUNCH_KEYS + (CONFIG_FILE_KEY,))
+        else:
+            config = from_hyperparameters(values)
+            config.per_rank_batch(spec.instance_count * pph)
     except ConfigError as exc:
         raise LaunchError(str(exc)) from exc
     return values
@@ -112,14 +122,22 @@ def _check(spec):
                               % (spec.max_wait, spec.max_run))
     if local and spec.checkpoint_s3_uri:
         raise LaunchError("local mode does not sync checkpoints to S3; drop checkpoint_s3_uri.")
+    if spec.tensorboard_s3_uri is not None:
+        if local:
+            raise LaunchError("local mode does not sync TensorBoard files to S3 (they come back in "
+                              "output.tar.gz, under tensorboard/); drop tensorboard_s3_uri.")
+        if not spec.tensorboard_s3_uri.startswith("s3://") or len(spec.tensorboard_s3_uri) <= 5:
+            raise LaunchError("tensorboard_s3_uri=%r: expected an s3://bucket/prefix/ URI."
+                              % spec.tensorboard_s3_uri)
 
 
-def build_estimator(spec, session=None):
-    """A SageMaker SDK v2 Estimator for the detector-training image."""
+def build_estimator(spec, session=None, config_channel=False):
+    """A SageMaker SDK v2 Estimator for the detector-training image (``config_channel``: the job
+    gets a ``config`` channel, its config file)."""
     from sagemaker.estimator import Estimator
 
     _check(spec)
-    hyperparameters = hyperparameters_for(spec)
+    hyperparameters = hyperparameters_for(spec, config_channel)
     if session is None and spec.instance_type in LOCAL_TYPES:
         from sagemaker.local import LocalSession
 
@@ -136,6 +154,10 @@ def build_estimator(spec, session=None):
     if spec.instance_type not in LOCAL_TYPES:
         kwargs.update(use_spot_instances=spec.use_spot_instances, max_wait=spec.max_wait,
                       checkpoint_s3_uri=spec.checkpoint_s3_uri)
+    if spec.tensorboard_s3_uri:
+        from sagemaker.debugger import TensorBoardOutputConfig
+
+        kwargs["tensorboard_output_config"] = TensorBoardOutputConfig(s3_output_path=spec.tensorboard_s3_uri)
     return Estimator(**kwargs)
 
 
@@ -168,17 +190,23 @@ def manifest_inputs(manifests, attribute, with_metadata=True):
     return channels
 
 
-def _check_manifest_classes(spec, inputs):
-    """A manifest sent without its metadata attribute names no classes: 'classes' must."""
+def _with_manifest_dataset(spec, inputs):
+    """``spec`` with dataset=manifest when a channel is an augmented manifest and no dataset is
+    named (so the hyperparameters are checked as the job will read them). A manifest sent
+    without its metadata attribute names no classes: then 'classes' must."""
+    manifests = {}
     for channel, value in inputs.items():
-        config = getattr(value, "config", {})
-        source = config.get("DataSource", {}).get("S3DataSource", {})
-        names = source.get("AttributeNames") or []
-        if source.get("S3DataType") == AUGMENTED_MANIFEST and not any(
-                n.endswith("-metadata") for n in names) and not spec.hyperparameters.get("classes"):
+        source = getattr(value, "config", {}).get("DataSource", {}).get("S3DataSource", {})
+        if source.get("S3DataType") == AUGMENTED_MANIFEST:
+            manifests[channel] = source.get("AttributeNames") or []
+    for channel, names in manifests.items():
+        if not any(n.endswith("-metadata") for n in names) and not spec.hyperparameters.get("classes"):
             raise LaunchError("channel %s sends the manifest without its '<attribute>-metadata', "
                               "so nothing names the classes: set the hyperparameter classes "
                               "(names in class-id order), or send the metadata." % channel)
+    if not manifests or "dataset" in spec.hyperparameters:
+        return spec
+    return dataclasses.replace(spec, hyperparameters=dict(spec.hyperparameters, dataset="manifest"))
 
 
 def launch(spec, inputs, wait=True, logs=True, session=None):
@@ -193,7 +221,7 @@ def launch(spec, inputs, wait=True, logs=True, session=None):
             "VOC-format data, with dataset=custom, or a Ground Truth manifest: manifest_inputs); "
             "file:// URIs in local mode. Or set the hyperparameter data_s3_uri to where the VOC "
             "tars are.")
-    _check_manifest_classes(spec, inputs or {})
-    estimator = build_estimator(spec, session)
+    spec = _with_manifest_dataset(spec, inputs or {})
+    estimator = build_estimator(spec, session, config_channel=CONFIG_CHANNEL in (inputs or {}))
     estimator.fit(inputs or None, wait=wait, logs="All" if (logs and wait) else "None")
     return estimator

@@ -155,6 +155,16 @@ def job_dir(tmp_path):
     return tmp_path / "opt_ml"
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 24 MB file system (tmpfs) for what must not fit."""
+    path = tmp_path / "small"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(path)], check=True)
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     """moto's S3 server on an ephemeral loopback port."""
@@ -166,6 +176,20 @@ def moto_server():
     server.stop()
 
 
+def use_s3_endpoint(monkeypatch, tmp_path, endpoint):
+    """boto3 in this test talks to ``endpoint`` (AWS_ENDPOINT_URL_S3) with dummy credentials and
+    nothing from the machine's AWS configuration or proxies."""
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "HTTP_PROXY", "HTTPS_PROXY",
+                "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
 @pytest.fixture
 def s3(moto_server, monkeypatch, tmp_path):
     """A fresh bucket on the loopback moto endpoint; boto3 reaches it through AWS_ENDPOINT_URL_S3."""
@@ -173,16 +197,43 @@ def s3(moto_server, monkeypatch, tmp_path):
 
     import boto3
 
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "HTTP_PROXY", "HTTPS_PROXY",
-                "http_proxy", "https_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_server)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    use_s3_endpoint(monkeypatch, tmp_path, moto_server)
     client = boto3.client("s3")
     bucket = "voc-%s" % uuid.uuid4().hex[:12]
     client.create_bucket(Bucket=bucket)
     return client, bucket
+
+
+# Tiny real jobs of each family, for the tests that serve their models (hyperparameters as in
+# tests/test_predict.py, tests/families/test_yolo3.py and tests/end_to_end/test_mask_rcnn_jobs.py).
+SERVED_JOBS = {
+    "faster_rcnn": ({"epochs": "1", "batch_size": "2"}, 6, 2),
+    "yolo3": ({"network": "yolo3_mobilenet0.25_custom", "short": "96", "max_size": "96", "lr": "0.004",
+               "lr_base_batch_size": "4", "lr_warmup": "4", "epochs": "1", "batch_size": "2"}, 6, 2),
+    "mask_rcnn": ({"network": "mask_rcnn_fpn_resnet18_v1b_coco", "dataset": "coco",
+                   "train_splits": "instances_train2017", "val_splits": "instances_val2017",
+                   "short": "96", "max_size": "144", "rcnn_num_samples": "64", "lr": "0.005",
+                   "lr_base_batch_size": "2", "lr_warmup": "4", "epochs": "1", "batch_size": "2"}, 4, 2),
+}
+
+
+class TrainedModels:
+    """Model directories of SERVED_JOBS, each trained on first use and kept for the session."""
+
+    def __init__(self, root):
+        self.root = root
+        self.dirs = {}
+
+    def __getitem__(self, family):
+        if family not in self.dirs:
+            hyperparameters, n_train, n_test = SERVED_JOBS[family]
+            base = make_job(self.root / family, hyperparameters, n_train=n_train, n_test=n_test)
+            result = run_rank_job(base, timeout=900)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            self.dirs[family] = os.path.join(base, "model")
+        return self.dirs[family]
+
+
+@pytest.fixture(scope="session")
+def trained_models(tmp_path_factory):
+    return TrainedModels(tmp_path_factory.mktemp("served-models"))

@@ -6,7 +6,8 @@ byte was fetched once. Faults per path: a fixed status (500, 404, ...), a connec
 body bytes for the next ``times`` requests, a stall (N body bytes, then silence for ``stall_s``
 before closing), a drip (one byte every ``drip_s`` seconds), or other bytes than the real ones (set
 them with :meth:`FaultServer.put`). Each file has an ETag, and ``If-Range`` with another validator
-gets the whole file (200), as HTTP says.
+gets the whole file (200), as HTTP says. A path can also redirect (302) anywhere, and a server made
+with ``length=False`` sends no Content-Length (the body ends when the connection closes).
 """
 
 import hashlib
@@ -19,9 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FaultServer:
-    def __init__(self, ranges=True):
+    def __init__(self, ranges=True, length=True):
         self.files = {}
         self.ranges = ranges
+        self.length = length
         self.requests = []  # dicts: method, path, range, status, start, end, sent
         self._faults = {}
         self._lock = threading.Lock()
@@ -32,12 +34,13 @@ class FaultServer:
     def put(self, path, data):
         self.files["/" + path.lstrip("/")] = bytes(data)
 
-    def fail(self, path, status=None, drop_after=None, times=1, stall_s=0.0, drip_s=0.0):
+    def fail(self, path, status=None, drop_after=None, times=1, stall_s=0.0, drip_s=0.0, redirect=None):
         """status: answer it every time; drop_after: after N body bytes close the connection (or,
         with ``stall_s``, go silent that long first), for the next ``times`` GETs; drip_s: send
-        the body one byte at a time, every ``drip_s`` seconds, until the client goes away."""
+        the body one byte at a time, every ``drip_s`` seconds, until the client goes away;
+        redirect: answer 302 with this Location."""
         self._faults["/" + path.lstrip("/")] = {"status": status, "drop_after": drop_after, "times": times,
-                                                "stall_s": stall_s, "drip_s": drip_s}
+                                                "stall_s": stall_s, "drip_s": drip_s, "redirect": redirect}
 
     def url(self, path=""):
         host, port = self._httpd.server_address[:2]
@@ -82,6 +85,13 @@ class FaultServer:
             def _answer(self, head):
                 data = server.files.get(self.path)
                 fault = server._faults.get(self.path) or {}
+                if fault.get("redirect"):
+                    self._record(302)
+                    self.send_response(302)
+                    self.send_header("Location", fault["redirect"])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if fault.get("status"):
                     self._record(fault["status"])
                     self.send_error(fault["status"])
@@ -118,7 +128,8 @@ class FaultServer:
                 body = data[start:end + 1]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/x-tar")
-                self.send_header("Content-Length", str(len(body)))
+                if server.length:
+                    self.send_header("Content-Length", str(len(body)))
                 self.send_header("ETag", etag)
                 if server.ranges:
                     self.send_header("Accept-Ranges", "bytes")

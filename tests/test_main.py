@@ -22,6 +22,7 @@ from detector_training.core.checkpoint import CheckpointManager
 from detector_training.core.distributed import SingleProcess, World
 from detector_training.core.engine import (CheckpointHook, EpochSetupHook, FinalModelHook,
                                            LearningRateHook, MetricLogHook, StopHook, ValidationHook)
+from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.job.config import from_hyperparameters
 
 CLASSES = ("a", "b")
@@ -124,7 +125,8 @@ class ToyFamily:
 
 def make_env(tmp_path, model_channel=None):
     return SimpleNamespace(
-        paths=SimpleNamespace(model_dir=str(tmp_path / "model")),
+        paths=SimpleNamespace(model_dir=str(tmp_path / "model"),
+                              tensorboard_dir=str(tmp_path / "output" / "tensorboard")),
         checkpoint_dir=str(tmp_path / "checkpoints"), work_dir=str(tmp_path / "work"),
         pretrained_dirs=(), environ={},
         channel_dir=lambda name: model_channel if name == "model" else None,
@@ -291,8 +293,8 @@ def hooks_for(tmp_path, monkeypatch, config, validated):
 def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
     hooks, _network, checkpoints = hooks_for(tmp_path, monkeypatch, make_config(), [])
     assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, StopHook,
-                                        ValidationHook, CheckpointHook, FinalModelHook]
-    assert hooks[5] is checkpoints and hooks[3].checkpoint_hook is checkpoints
+                                        ValidationHook, TensorBoardHook, CheckpointHook, FinalModelHook]
+    assert hooks[6] is checkpoints and hooks[3].checkpoint_hook is checkpoints
 
 
 def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkeypatch):

@@ -297,5 +297,110 @@ def test_an_oversized_classes_file_in_a_model_directory_is_refused(model_dir, tm
     for name in layout.EXPORT_FILES:
         (copy / name).write_bytes(open(os.path.join(model_dir, name), "rb").read())
     (copy / layout.CLASSES_FILE).write_bytes(b"[" + b" " * (1 << 20) + b"]")
-    with pytest.raises(predict.PredictError, match="classes.json is larger than 1048576 bytes"):
+    with pytest.raises(predict.PredictError, match="classes.json is larger than the 1048576 bytes allowed"):
         predict.load_model(str(copy))
+
+
+def copy_model(model_dir, target, **replace):
+    target.mkdir()
+    for name in layout.EXPORT_FILES:
+        data = replace.get(name) or open(os.path.join(model_dir, name), "rb").read()
+        (target / name).write_bytes(data)
+    return str(target)
+
+
+@pytest.mark.parametrize("config, words", [
+    (b'{"short": 1e999}', ["config.json", "a number too large for a float"]),
+    (b'{"short": [600, NaN]}', ["config.json", "NaN, which JSON does not allow"]),
+    (b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}", ["config.json", "nested more than 64 levels"]),
+    (b'{"short": true}', ["config.json field short is true; it must be a whole number of pixels"]),
+    (b'{"max_size": 1000000000}', ["config.json field max_size is 1000000000"]),
+])
+def test_a_config_json_that_lies_is_refused_naming_the_field(model_dir, tmp_path, config, words):
+    copy = copy_model(model_dir, tmp_path / "copy", **{layout.CONFIG_FILE: config})
+    with pytest.raises(predict.PredictError) as caught:
+        predict.load_model(copy)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_a_corrupt_xz_model_archive_is_a_predict_error(model_dir, tmp_path):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz") as tar:
+        for name in layout.EXPORT_FILES:
+            tar.add(os.path.join(model_dir, name), arcname=name)
+    packed = bytearray(buffer.getvalue())
+    packed[len(packed) // 2] ^= 0x55
+    damaged = tmp_path / "model.tar.xz"
+    damaged.write_bytes(bytes(packed))
+    with pytest.raises(predict.PredictError, match="neither a model directory nor a model.tar.gz"):
+        predict.load_model(str(damaged))
+
+
+def test_a_model_archive_that_does_not_fit_the_free_disk_is_a_predict_error(tmp_path, small_disk):
+    path = tmp_path / "model.tar.gz"
+    with tarfile.open(str(path), "w:gz") as out:
+        info = tarfile.TarInfo("model/" + layout.EXPORT_PARAMS)
+        info.size = 30 << 20  # zeros: more than the 24 MB disk holds
+        out.addfile(info, io.BytesIO(bytes(info.size)))
+    with pytest.raises(predict.PredictError, match=r"cannot extract model archive .*expands to 31457280 bytes"):
+        predict.extract_model_files(str(path), str(small_disk))
+    assert os.listdir(small_disk) == []
+
+
+# --- decoding image bytes ----------------------------------------------------------------------
+
+def encoded(img, fmt, **options):
+    buffer = io.BytesIO()
+    img.save(buffer, format=fmt, **options)
+    return io.BytesIO(buffer.getvalue())
+
+
+@pytest.fixture(scope="module")
+def rgb_image():
+    img, _objects = make_image(random.Random(7), ["circle", "square", "triangle"])
+    return img
+
+
+def test_decoded_image_is_rgb_uint8_at_its_stored_size(rgb_image):
+    rgb = predict.decode_image(encoded(rgb_image, "PNG"))
+    assert rgb.dtype == np.uint8 and rgb.shape == (rgb_image.height, rgb_image.width, 3)
+    assert (rgb == np.asarray(rgb_image)).all()
+
+
+def test_grey_palette_rgba_cmyk_and_16_bit_images_are_converted(rgb_image):
+    grey = np.asarray(rgb_image.convert("L"))
+    assert (predict.decode_image(encoded(rgb_image.convert("L"), "PNG")) == grey[:, :, None]).all()
+    sixteen = Image.fromarray(grey.astype(np.uint16) * 257)  # the full 16-bit range, not clipped
+    assert (predict.decode_image(encoded(sixteen, "PNG")) == grey[:, :, None]).all()
+    assert (predict.decode_image(encoded(rgb_image.convert("RGBA"), "PNG")) == np.asarray(rgb_image)).all()
+    palette = rgb_image.convert("P")
+    assert (predict.decode_image(encoded(palette, "PNG")) == np.asarray(palette.convert("RGB"))).all()
+    cmyk = predict.decode_image(encoded(rgb_image.convert("CMYK"), "JPEG", quality=95))
+    assert np.abs(cmyk.astype(int) - np.asarray(rgb_image, dtype=int)).mean() < 8
+
+
+def test_truncated_image_is_refused_although_gluoncv_allows_truncated_images_process_wide(rgb_image):
+    import gluoncv.data  # noqa: F401  (sets PIL.ImageFile.LOAD_TRUNCATED_IMAGES = True)
+    from PIL import ImageFile
+
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True
+    whole = encoded(rgb_image, "JPEG", quality=95).getvalue()
+    with pytest.raises(predict.BadImage, match="truncated"):
+        predict.decode_image(io.BytesIO(whole[: len(whole) // 2]))
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True  # the process-wide setting is left as found
+
+
+def test_decompression_bomb_is_refused_from_its_header():
+    bomb = encoded(Image.new("1", (9000, 9000)), "PNG")
+    assert len(bomb.getvalue()) < 100_000
+    with pytest.raises(predict.BadImage, match=r"image too large: 9000 x 9000 pixels is more than the 64000000"):
+        predict.decode_image(bomb)
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"", "not an image"), (b"GIF89a" + b"\x00" * 64, "not an image"), (b"%PDF-1.4 junk", "not an image"),
+    (b"\x89PNG\r\n\x1a\n" + b"\x00" * 40, "not an image")])
+def test_bytes_that_are_no_allowed_image_are_refused(data, words):
+    with pytest.raises(predict.BadImage, match=words):
+        predict.decode_image(io.BytesIO(data))

@@ -71,3 +71,16 @@ def test_voc_splits_are_year_and_name():
     assert values.is_voc_split("2007_trainval") and not values.is_voc_split("trainval")
     assert not values.is_voc_split("07_test") and not values.is_voc_split("2007_")
     assert values.voc_splits(["2007_trainval", "2012_val"]) == [(2007, "trainval"), (2012, "val")]
+
+
+def test_a_hyperparameter_nested_deeper_than_the_parser_goes_is_a_value_error():
+    deep = "[" * 1200 + "]" * 1200  # SageMaker allows 2,500 characters per value
+    assert values.decode(deep) == deep
+    for parse in (values.parse_int_list, values.parse_str_list, values.parse_checksums):
+        with pytest.raises(ValueError):
+            parse(deep)
+    from detector_training.errors import ConfigError
+    from detector_training.job.config import from_hyperparameters
+
+    with pytest.raises(ConfigError, match="classes"):
+        from_hyperparameters({"classes": deep})

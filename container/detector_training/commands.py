@@ -3,7 +3,7 @@ each executable in the repository's ``entrypoint/`` runs.
 
 ``train`` is the launcher (job/launcher.py) given the rank's job (main.py) to run in-process for
 one rank, and the module mpirun starts on every rank for more (rank.py); the launcher, a floor
-below, never imports them.
+below, never imports them. ``serve`` is the inference server (serve/server.py).
 """
 
 import argparse
@@ -11,6 +11,7 @@ import sys
 
 from detector_training.job import demo, launcher
 from detector_training.main import job_main
+from detector_training.serve.server import main as serve_main
 
 
 def rank_program():
@@ -26,6 +27,12 @@ def train_job():
 def train():
     """``train`` (``entrypoint/train`` in the image)."""
     sys.exit(train_job())
+
+
+def serve():
+    """``serve`` (``entrypoint/serve`` in the image): SageMaker's ``docker run IMAGE serve`` for
+    endpoints and batch transform."""
+    sys.exit(serve_main())
 
 
 def run():

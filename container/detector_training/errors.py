@@ -43,6 +43,20 @@ class DataError(JobError):
     category = "DataError"
 
 
+class ArchiveError(DataError):
+    """A tar archive (a dataset's, a model's) that cannot be used: unreadable, refused by the
+    extraction policy, or too large for the disk. ``reason`` is one short sentence for messages."""
+
+    category = "ArchiveError"
+
+    def __init__(self, reason, fix="use an intact archive of regular files and directories."):
+        super().__init__(reason, fix)
+
+    @property
+    def reason(self):
+        return self.cause
+
+
 class PretrainedWeightsError(JobError):
     """Backbone weights could be found neither locally nor by download."""
 

@@ -25,13 +25,14 @@ from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHoo
                                            LearningRateHook, MetricLogHook, StopHook, ValidationHook)
 from detector_training.core.evaluation import validate
 from detector_training.core.model_dir import ModelDirectory
+from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
 from detector_training.data.datasets import steps_per_epoch
 from detector_training.data.pipe_mode import manifest_root
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import acquire_voc
-from detector_training.job.config import from_hyperparameters
+from detector_training.job.config_file import load_config
 from detector_training.job.failure import report_failure
 from detector_training.job.guards import adapt_workers, check_gpu_runs, gpu_count
 from detector_training.job.logs import setup_logging
@@ -51,7 +52,7 @@ def job_main(base=None, install_signals=True):
         if install_signals:
             stop.install()
         setup_logging(env.rank_hint)
-        config = from_hyperparameters(env.training_hyperparameters())
+        config = load_config(env)
         set_engine_threads(config)
         dist = init_distributed(env.environ)
         setup_logging(dist.world.rank, config.verbose)
@@ -149,13 +150,12 @@ def read_data(config, env, world, family):
 
 
 def data_root(config, env, world):
-    """The dataset's root: the COCO-format channel, the manifest's channels (in Pipe mode their
-    copy, drained once per host), or the VOC tree acquired once per host."""
+    """The dataset's root: the COCO-format channel (the channels' folder when annotation files
+    are named by path), the manifest's channels (in Pipe mode their copy, drained once per host),
+    or the VOC tree acquired once per host."""
     if config.dataset == "coco":
-        return env.require_coco_dir()
+        return env.paths.channels_dir if config.train_annotation_file else env.require_coco_dir()
     if config.dataset == "manifest":
-        LOG.info("data: a Ground Truth manifest (dataset=manifest%s)",
-                 "" if "dataset" in env.hyperparameters else ", found in the train channel")
         options = FetchOptions.from_environ(env.environ)
         return manifest_root(config, env, world, options.wait_timeout_s, options.poll_s)
     return acquire_voc(config, env, world, env.work_dir, FetchOptions.from_environ(env.environ))
@@ -258,6 +258,7 @@ def make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
         ValidationHook(validate_now,
                        lambda engine: model_dir.save_best(engine.net, engine.last_validation),
                        scores=family.score_names, objective=family.objective),
+        TensorBoardHook(env.paths.tensorboard_dir, effective),
         checkpoints,
         FinalModelHook(write_final),
     ]

@@ -19,7 +19,7 @@ import warnings
 import zlib
 
 from detector_training.core import archive, model_dir
-from detector_training.core.files import atomic_write
+from detector_training.core.files import atomic_write, json_preview
 from detector_training.errors import ModelError
 
 # Distinct, saturated colours; a class keeps its colour across images and runs.
@@ -79,8 +79,10 @@ def extract_model_files(path, parent):
     except archive.UnreadableArchive as exc:
         raise PredictError("not a model: %s is neither a model directory nor a model.tar.gz (%s)"
                            % (path, exc.reason)) from None
+    except archive.NoRoom as exc:
+        raise PredictError("cannot extract model archive %s: %s" % (path, exc.reason)) from None
     except OSError as exc:
-        raise PredictError("cannot read model archive %s: %s" % (path, _one_line(exc))) from exc
+        raise PredictError("cannot read model archive %s: %s" % (path, one_line(exc))) from exc
 
 
 def _find_model_dir(root, archive_path):
@@ -91,29 +93,34 @@ def _find_model_dir(root, archive_path):
     return found[0]
 
 
+MAX_SIDE = 8192  # pixels: a model asking for larger test images is not one this tool runs
+
+
+def _test_size(config, field, default, source):
+    value = config.get(field)
+    if isinstance(value, list):  # short: the training scales, the last one tests
+        value = value[-1] if value else None
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
+            or not 1 <= value <= MAX_SIDE:
+        raise PredictError("invalid model %s: config.json field %s is %s; it must be a whole number of "
+                           "pixels from 1 to %d" % (source, field, json_preview(config.get(field)), MAX_SIDE))
+    return int(value)
+
+
 def _test_sizes(config, source):
     """Short side and longer-side cap the model is run at: the last training scale, else the
     network's GluonCV default (600/1000 for VOC-style networks, 800/1333 for COCO ones)."""
-    short, max_size = config.get("short"), config.get("max_size")
-    if isinstance(short, (list, tuple)):
-        short = short[-1] if short else None
     coco = "coco" in str(config.get("network", "")) or config.get("dataset") == "coco"
-    if short is None:
-        short = 800 if coco else 600
-    if max_size is None:
-        max_size = 1333 if coco else 1000
-    try:
-        short, max_size = int(short), int(max_size)
-    except (TypeError, ValueError) as exc:
-        raise PredictError("invalid model %s: config.json short=%r max_size=%r"
-                           % (source, short, max_size)) from exc
-    if short <= 0 or max_size <= 0:
-        raise PredictError("invalid model %s: config.json short=%r max_size=%r"
-                           % (source, short, max_size))
-    return short, max_size
+    return (_test_size(config, "short", 800 if coco else 600, source),
+            _test_size(config, "max_size", 1333 if coco else 1000, source))
 
 
-def _load_directory(directory, source, ctx):
+def read_model_directory(directory, source=None):
+    """The exported model of a directory and its test-time image sizes, read without MXNet:
+    ``(export, short, max_size)``. Raises PredictError when a file is missing or unreadable."""
+    source = directory if source is None else source
     missing = model_dir.missing_files(directory)
     if missing:
         raise PredictError("not a model: %s lacks %s" % (source, ", ".join(missing)))
@@ -122,6 +129,11 @@ def _load_directory(directory, source, ctx):
     except ModelError as exc:
         raise PredictError("invalid model %s: %s" % (source, exc.cause.rstrip("."))) from None
     short, max_size = _test_sizes(export.config, source)
+    return export, short, max_size
+
+
+def _load_directory(directory, source, ctx):
+    export, short, max_size = read_model_directory(directory, source)
 
     import mxnet as mx
 
@@ -133,40 +145,87 @@ def _load_directory(directory, source, ctx):
                                                ctx=ctx)
     except Exception as exc:  # MXNetError, AssertionError, ValueError: all mean a broken export
         raise PredictError("invalid model %s: cannot load the exported network (%s)"
-                           % (source, _one_line(exc))) from exc
+                           % (source, one_line(exc))) from exc
     return Model(net, export.classes, short, max_size, source, ctx)
 
 
 # --- inference -------------------------------------------------------------------------------
 
-def _image_size(image_path):
-    """(width, height) of the stored pixel grid; PredictError when it is not a readable image."""
-    from PIL import Image
+# Decoding policy for image bytes: these formats only, and at most this many pixels (checked from
+# the header, before any pixel is decoded). A 50-megapixel photo passes; a decompression bomb
+# (a small file that declares a huge canvas) does not.
+IMAGE_FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP")
+MAX_IMAGE_PIXELS = 64_000_000
 
+
+class BadImage(PredictError):
+    """Bytes that are not an image this policy decodes; the message says which and why."""
+
+
+def decode_image(stream, max_pixels=MAX_IMAGE_PIXELS):
+    """The image in ``stream`` (a path or a binary file object) as an RGB uint8 array of shape
+    (height, width, 3), decoded by Pillow under the policy above. Grey-scale, palette, RGBA,
+    CMYK and 16-bit images are converted (16-bit values scaled to 8 bits), not refused; a
+    truncated file is refused (GluonCV sets Pillow's LOAD_TRUNCATED_IMAGES process-wide when
+    ``gluoncv.data`` is imported, which would fill the missing part with grey)."""
+    import numpy as np
+    from PIL import Image, ImageFile
+
+    previous = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        with Image.open(stream, formats=IMAGE_FORMATS) as img:
+            width, height = img.size
+            if width * height > max_pixels:
+                raise BadImage("image too large: %d x %d pixels is more than the %d allowed"
+                               % (width, height, max_pixels))
+            img.load()
+            if img.mode in ("I;16", "I;16L", "I;16B", "I"):  # 16-bit grey: scale, do not clip
+                grey = np.asarray(img, dtype=np.float64).clip(0, 65535) / 257.0
+                return np.repeat(np.rint(grey).astype(np.uint8)[:, :, None], 3, axis=2)
+            return np.asarray(img.convert("RGB"), dtype=np.uint8)
+    except BadImage:
+        raise
+    except Image.UnidentifiedImageError:
+        raise BadImage("not an image: the bytes are none of %s" % ", ".join(IMAGE_FORMATS)) from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise BadImage("cannot decode the image: %s" % one_line(exc)) from None
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = previous
+
+
+def _read_image(image_path):
+    """The image file as an RGB array; PredictError naming the file when it cannot be used."""
     if not os.path.isfile(image_path):
         raise PredictError("image not found: %s" % image_path)
     try:
-        with Image.open(image_path) as img:
-            return img.size
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise PredictError("cannot read image %s: %s" % (image_path, _one_line(exc))) from exc
+        return decode_image(image_path)
+    except BadImage as exc:
+        raise PredictError("cannot read image %s: %s" % (image_path, exc)) from None
 
 
 def detect(model, image_path, threshold=0.5):
-    """Detections with score >= ``threshold``, best first: ``[{"class", "score", "box"}]`` with
-    ``box`` = [x0, y0, x1, y1] in original-image pixels, clipped to the image; a model that
-    segments (Mask R-CNN) adds ``mask``, the object's pixels in the original image as COCO's
-    compressed RLE (``{"size": [height, width], "counts": ...}``)."""
+    """Detections with score >= ``threshold`` in the image file at ``image_path`` (see
+    :func:`detect_image`)."""
+    return detect_image(model, _read_image(image_path), threshold)
+
+
+def detect_image(model, rgb, threshold=0.5, max_detections=None):
+    """Detections with score >= ``threshold`` in an RGB uint8 array, best first, at most
+    ``max_detections``: ``[{"class", "score", "box"}]`` with ``box`` = [x0, y0, x1, y1] in
+    original-image pixels, clipped to the image; a model that segments (Mask R-CNN) adds ``mask``,
+    the object's pixels in the original image as COCO's compressed RLE
+    (``{"size": [height, width], "counts": ...}``). The image goes through GluonCV's test preset
+    (short side ``model.short``, longer side at most ``model.max_size``)."""
+    import mxnet as mx
     import numpy as np
-    from gluoncv.data.transforms.presets.rcnn import load_test
+    from gluoncv.data.transforms.presets.rcnn import transform_test
 
     from detector_training.core.evaluation import image_masks
 
-    width, height = _image_size(image_path)
-    try:
-        data, resized = load_test(image_path, short=model.short, max_size=model.max_size)
-    except Exception as exc:  # MXNetError: a file Pillow reads but OpenCV cannot decode
-        raise PredictError("cannot read image %s: %s" % (image_path, _one_line(exc))) from exc
+    height, width = rgb.shape[:2]
+    data, resized = transform_test(mx.nd.array(rgb, dtype="uint8"), short=model.short,
+                                   max_size=model.max_size)
     if model.ctx is not None:
         data = data.as_in_context(model.ctx)
     outputs = model.net(data)
@@ -174,20 +233,25 @@ def detect(model, image_path, threshold=0.5):
     masks = outputs[3][0].asnumpy() if len(outputs) > 3 else None  # per box, in its box
     scale_x = width / float(resized.shape[1])
     scale_y = height / float(resized.shape[0])
-    detections, kept = [], []
+    found = []
     for index, (cid, score, box) in enumerate(zip(ids[:, 0], scores[:, 0], boxes)):
         cid, score = int(cid), float(score)
         if cid < 0 or score < 0 or score < threshold or cid >= len(model.classes):
             continue  # -1: padding of the fixed-size output
         x0, x1 = sorted((_clip(box[0] * scale_x, width - 1), _clip(box[2] * scale_x, width - 1)))
         y0, y1 = sorted((_clip(box[1] * scale_y, height - 1), _clip(box[3] * scale_y, height - 1)))
-        detections.append({"class": model.classes[cid], "score": score, "box": [x0, y0, x1, y1]})
-        kept.append(index)
-    if masks is not None and kept:
-        scale = np.array([scale_x, scale_y, scale_x, scale_y], dtype=boxes.dtype)
-        for det, rle in zip(detections, image_masks(masks[kept], boxes[kept] * scale, width, height)):
+        found.append((index, {"class": model.classes[cid], "score": score, "box": [x0, y0, x1, y1]}))
+    found.sort(key=lambda item: -item[1]["score"])
+    if max_detections is not None:
+        found = found[:max_detections]
+    detections = [det for _index, det in found]
+    if masks is not None and found:
+        # Each mask fills its box as answered (clipped to the image): GluonCV's fill breaks on a
+        # box that reaches far outside the image.
+        kept = [index for index, _det in found]
+        pixel_boxes = np.array([det["box"] for det in detections], dtype=np.float32)
+        for det, rle in zip(detections, image_masks(masks[kept], pixel_boxes, width, height)):
             det["mask"] = rle
-    detections.sort(key=lambda d: -d["score"])
     return detections
 
 
@@ -222,12 +286,7 @@ def draw(image_path, detections, out_png):
     labels ("class 0.87"). Returns how many were drawn."""
     from PIL import Image, ImageDraw, ImageFont
 
-    _image_size(image_path)
-    try:
-        with Image.open(image_path) as original:
-            img = original.convert("RGB")
-    except (OSError, ValueError) as exc:
-        raise PredictError("cannot read image %s: %s" % (image_path, _one_line(exc))) from exc
+    img = Image.fromarray(_read_image(image_path))
     ordered = sorted(detections, key=lambda d: d["score"])
     img = _blend_masks(img, [d for d in ordered if "mask" in d])
     canvas = ImageDraw.Draw(img)
@@ -264,7 +323,7 @@ def _blend_masks(img, detections):
     return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))
 
 
-def _one_line(exc):
+def one_line(exc):
     """The first non-empty line of an exception's text (MXNet's run to many lines)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = next((line for line in lines if "Check failed" in line), lines[0] if lines else "")
@@ -296,9 +355,9 @@ def main(argv=None):
                         help="also write the detections as JSON here")
     args = parser.parse_args(argv)
     try:
-        _image_size(args.image)  # before the (slower) model load
+        rgb = _read_image(args.image)  # before the (slower) model load
         model = load_model(args.model)
-        detections = detect(model, args.image, args.threshold)
+        detections = detect_image(model, rgb, args.threshold)
         drawn = draw(args.image, detections, args.output)
         if args.json_path:
             payload = json.dumps(detections, indent=1).encode("utf-8")
@@ -307,7 +366,7 @@ def main(argv=None):
         print("detector-predict: error: %s" % exc, file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. the output directory cannot be written
-        print("detector-predict: error: %s" % _one_line(exc), file=sys.stderr)
+        print("detector-predict: error: %s" % one_line(exc), file=sys.stderr)
         return 1
     print("drew %d detection(s) with score >= %g on %s -> %s"
           % (drawn, args.threshold, args.image, args.output))

@@ -15,7 +15,7 @@ def decode(raw):
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             return raw
     return raw
 
@@ -82,7 +82,7 @@ def _split_list(value):
         if text.startswith("["):
             try:
                 decoded = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ValueError("a list, as JSON ([14, 20]) or comma-separated (14,20)") from None
             if isinstance(decoded, list):
                 return decoded
@@ -112,7 +112,7 @@ def parse_checksums(value):
             return text.lower()
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ValueError("a JSON object of tar name to SHA-1, or 'none'") from None
     if isinstance(value, dict) and value and all(
             isinstance(k, str) and isinstance(v, str) and len(v) == 40

@@ -1,6 +1,8 @@
-"""The example notebook runs top to bottom in SageMaker local mode with the CPU image."""
+"""The example notebook runs top to bottom in SageMaker local mode with the CPU image: train, look
+at the result, deploy, predict one image, draw it, delete the endpoint."""
 
 import os
+import re
 import subprocess
 import uuid
 
@@ -33,6 +35,8 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("DETECTOR_IMAGE", IMAGE)
     monkeypatch.setenv("DETECTOR_VOC", "file://%s" % data)
     monkeypatch.setenv("DETECTOR_OUTPUT", "file://%s" % output)
+    jpegs = data / "VOCdevkit" / "VOC2007" / "JPEGImages"
+    monkeypatch.setenv("DETECTOR_PICTURE", str(jpegs / sorted(os.listdir(jpegs))[0]))
     # The SDK's `docker compose up` leaves its exited containers behind; a project name of our
     # own lets the test remove exactly those.
     project = "detector-notebook-%s" % uuid.uuid4().hex[:12]
@@ -47,8 +51,8 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
                              capture_output=True, text=True, check=True).stdout.split()
         if ids:
             subprocess.run(["docker", "rm", "-f"] + ids, capture_output=True, check=True)
-    assert len(ids) == 1, "the local-mode job ran %d containers under %s" % (len(ids), project)
-    last = nb.cells[-1]
+    assert len(ids) == 2, "training and serving ran %d containers under %s" % (len(ids), project)
+    last = nb.cells[-3]
     kinds = {o.get("output_type") for o in last.outputs}
     assert "display_data" in kinds  # the curves image and the AP table were displayed
     mimes = {m for o in last.outputs if o.get("output_type") == "display_data" for m in o["data"]}
@@ -56,3 +60,9 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
     text = "".join(o.get("text", "") for o in last.outputs if o.get("output_type") == "stream")
     assert "mAP:" in text
     assert list(output.rglob("model.tar.gz"))
+    served = nb.cells[-1]
+    assert "image/png" in {m for o in served.outputs if o.get("output_type") == "display_data" for m in o["data"]}
+    printed = "".join(o.get("text", "") for o in served.outputs if o.get("output_type") == "stream")
+    found = re.findall(r"^(circle|square|triangle) +[01]\.\d\d \[\d+, \d+, \d+, \d+\]$", printed, re.M)
+    assert 1 <= len(found) <= 5, printed[-3000:]  # at most max_detections, with class names
+    assert (tmp_path / "detections.png").stat().st_size > 0

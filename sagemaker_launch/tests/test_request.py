@@ -130,6 +130,58 @@ def test_a_job_without_data_is_refused_and_told_the_channels():
     assert captured["HyperParameters"]["data_s3_uri"] == "s3://b/voc/"
 
 
+OUT = "s3://detector-test-bucket/out/"  # else the SDK looks for its default bucket
+
+
+def test_tensorboard_s3_uri_sets_the_jobs_tensorboard_output_config():
+    session, captured, _ = stubbed_session()
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                   tensorboard_s3_uri="s3://detector-test-bucket/tb/run-1/")
+    launch(spec, {"voc": "s3://b/voc/"}, wait=False, session=session)
+    assert captured["TensorBoardOutputConfig"]["S3OutputPath"] == "s3://detector-test-bucket/tb/run-1/"
+    session, captured, _ = stubbed_session()
+    launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT), {"voc": "s3://b/voc/"},
+           wait=False, session=session)
+    assert "TensorBoardOutputConfig" not in captured
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(tensorboard_s3_uri="/tmp/tb"), "expected an s3://bucket/prefix/ URI"),
+    (dict(tensorboard_s3_uri="s3://b/tb/", instance_type="local"), "they come back in output.tar.gz"),
+])
+def test_a_tensorboard_s3_uri_that_cannot_work_is_refused(changes, words):
+    session, _, _ = stubbed_session()
+    spec = JobSpec(**dict(dict(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT), **changes))
+    with pytest.raises(LaunchError, match=words):
+        launch(spec, {"voc": "s3://b/voc/"}, wait=False, session=session)
+
+
+def test_hyperparameters_over_a_config_file_are_checked_one_by_one():
+    """The config file is in a channel the launcher does not read: the hyperparameters going over
+    it are checked each on its own (names and values); the whole configuration by the job."""
+    session, captured, _ = stubbed_session()
+    # classes without dataset=coco would be refused on its own; the file may say dataset=coco.
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                   hyperparameters={"lr": 0.01, "classes": "cat,dog"})
+    launch(spec, {"coco": "s3://b/coco/", "config": "s3://b/experiments/1/"}, wait=False, session=session)
+    assert captured["HyperParameters"]["classes"] == "cat,dog"
+    session, captured, _ = stubbed_session()
+    spec = JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                   hyperparameters={"config_file": "coco/experiment.yaml", "epochs": 3})
+    launch(spec, {"coco": "s3://b/coco/"}, wait=False, session=session)
+    assert captured["HyperParameters"]["config_file"] == "coco/experiment.yaml"
+    for hyperparameters, words in (({"epochs": "ten"}, "epochs=ten: expected"),
+                                   ({"weight_decay": 0.1}, "did you mean 'wd'")):
+        with pytest.raises(LaunchError, match=words):
+            launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                           hyperparameters=hyperparameters), {"config": "s3://b/c/"}, wait=False,
+                   session=stubbed_session()[0])
+    with pytest.raises(LaunchError, match="classes is only used with dataset=custom or coco"):
+        launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                       hyperparameters={"classes": "cat,dog"}), {"voc": "s3://b/voc/"}, wait=False,
+               session=stubbed_session()[0])
+
+
 def test_a_manifest_channel_is_sent_as_a_built_in_algorithm_job_sends_it():
     from sagemaker_launch import manifest_inputs
 
@@ -149,6 +201,7 @@ def test_a_manifest_channel_is_sent_as_a_built_in_algorithm_job_sends_it():
             "S3DataDistributionType": "FullyReplicated",
             "AttributeNames": ["source-ref", "shapes-job", "shapes-job-metadata"]}}}
     assert channels["validation"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://labels/job/val.manifest"
+    assert captured["HyperParameters"]["dataset"] == "manifest"  # checked as the job reads it
 
 
 def test_a_manifest_without_its_metadata_needs_the_classes(capsys):
@@ -166,6 +219,10 @@ def test_a_manifest_without_its_metadata_needs_the_classes(capsys):
                  "--manifest", "train=s3://labels/out.manifest", "--label-attribute", "boxes",
                  "--without-metadata"])
     assert code == 2 and "classes" in capsys.readouterr().err
+    session, captured, _ = stubbed_session()
+    launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
+                   hyperparameters={"classes": "circle,square"}), inputs, wait=False, session=session)
+    assert captured["HyperParameters"]["classes"] == "circle,square"
     with pytest.raises(LaunchError, match="label attribute"):
         manifest_inputs({"train": "s3://labels/out.manifest"}, "")
     with pytest.raises(LaunchError, match="needs an s3:// URI"):

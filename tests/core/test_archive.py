@@ -323,3 +323,158 @@ def test_extraction_through_a_real_file_handle(tmp_path, tarmod):
         result = archive.extract(handle, str(tmp_path / "p"), tarmod=tarmod)
     assert open(os.path.join(result.path, "x", "y.txt"), "rb").read() == b"from disk"
     assert time.monotonic() - started < 10
+
+
+# ------------------------------------------------------------- headers, metadata and streams that lie
+
+def header(name, size, type_=tarfile.REGTYPE, fmt=tarfile.USTAR_FORMAT):
+    info = tarfile.TarInfo(name)
+    info.size, info.type = size, type_
+    return info.tobuf(fmt)
+
+
+def padded(data):
+    return data + b"\0" * (-len(data) % 512)
+
+
+def with_base256_size(block, size):
+    """A header block whose size field says ``size`` in GNU base-256 (how a negative one is written)."""
+    block = bytearray(block)
+    block[124:136] = (size % (1 << 88)).to_bytes(11, "big").rjust(12, b"\xff" if size < 0 else b"\x80")
+    block[148:156] = b" " * 8
+    block[148:156] = ("%06o\0 " % sum(block)).encode()
+    return bytes(block)
+
+
+END = b"\0" * 1024
+
+
+def negative_pax_size():
+    return make_tar([f("a.txt", b"hello", pax_headers={"size": str(-(1 << 40))})], fmt=tarfile.PAX_FORMAT)
+
+
+def negative_size_back_onto_a_hidden_header():
+    """'cover' holds a header for 'hidden' (1 MB of zeros follow it nowhere); 'x' says -1024 bytes,
+    which would take tarfile back onto that hidden header."""
+    hidden = header("hidden", 1 << 20)
+    cover = header("cover", len(hidden)) + hidden
+    return cover + with_base256_size(header("x", 0), -1536) + END
+
+
+@pytest.mark.parametrize("build", [negative_pax_size, negative_size_back_onto_a_hidden_header])
+def test_a_negative_size_is_refused_before_it_is_counted_or_followed(place, tarmod, build):
+    calls = []
+    with pytest.raises(UnsafeArchive, match="negative size"):
+        extract(build(), place, tarmod, limits=Limits(max_bytes=1000), before_write=calls.append)
+    assert calls == [] and os.listdir(place / "parent") == []
+
+
+def test_extracted_bytes_are_read_back_from_the_disk_and_stop_at_the_cap(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 100)  # more than its header says, as a lying size would leave
+    members = [tarfile.TarInfo("a"), tarfile.TarInfo("b")]
+    members[0].size = members[1].size = 10
+    counted = archive._WithinCap(members, str(tmp_path), limit=50)
+    with pytest.raises(UnsafeArchive, match="expands to more than 50 bytes"):
+        assert [m.name for m in counted] == ["a"]
+    assert counted.written == 100
+
+
+@pytest.mark.parametrize("pax", [{"mtime": "inf"}, {"mtime": "nan"}, {"mtime": "-inf"}, {"mtime": "1e300"},
+                                 {"mtime": "-5"}, {"uid": str(1 << 80), "gid": str(1 << 80)}])
+def test_absurd_metadata_is_normalised_not_applied(place, tarmod, pax):
+    data = make_tar([d("top", pax_headers=dict(pax)), f("top/a.txt", b"alpha", pax_headers=dict(pax))],
+                    fmt=tarfile.PAX_FORMAT)
+    started = time.time()
+    result = extract(data, place, tarmod)
+    for path, mode in ((os.path.join(result.path, "top"), 0o755), (os.path.join(result.path, "top", "a.txt"), 0o644)):
+        st = os.stat(path)
+        assert stat.S_IMODE(st.st_mode) == mode and (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+        if "mtime" in pax:
+            assert st.st_mtime >= started - 5  # left at the time of extraction
+    assert open(os.path.join(result.path, "top", "a.txt"), "rb").read() == b"alpha"
+
+
+def test_a_mode_with_high_bits_is_normalised(place, tarmod):
+    block = bytearray(header("a.txt", 5, fmt=tarfile.GNU_FORMAT))
+    block[100:108] = b"\xff" * 8  # base-256 mode: every bit set
+    block[148:156] = b" " * 8
+    block[148:156] = ("%06o\0 " % sum(block)).encode()
+    result = extract(bytes(block) + padded(b"hello") + END, place, tarmod)
+    assert stat.S_IMODE(os.stat(os.path.join(result.path, "a.txt")).st_mode) == 0o644
+
+
+def compressions():
+    import bz2
+    import lzma
+
+    return {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}
+
+
+@pytest.mark.parametrize("kind", ["gz", "bz2", "xz"])
+def test_a_corrupt_or_truncated_stream_is_an_unreadable_archive_wherever_it_breaks(place, tarmod, kind):
+    plain = make_tar([f("d/%d.bin" % i, os.urandom(9000)) for i in range(4)])
+    stream = compressions()[kind](plain)
+    for cut in sorted(set(range(1, len(stream), max(1, len(stream) // 60))) | {len(stream) - 1, len(stream) - 4}):
+        with pytest.raises(UnreadableArchive):
+            extract(stream[:cut], place, tarmod)
+    for position in range(10, len(stream), max(1, len(stream) // 60)):
+        altered = bytearray(stream)
+        altered[position] ^= 0x55
+        try:
+            result = extract(bytes(altered), place, tarmod)
+        except archive.ArchiveError:
+            continue
+        for i in range(4):  # only an alteration outside the data (a gzip header's mtime) may pass
+            with open(os.path.join(result.path, "d", "%d.bin" % i), "rb") as handle:
+                assert handle.read() == tarfile.open(fileobj=io.BytesIO(plain)).extractfile("d/%d.bin" % i).read()
+    assert all(name.startswith(".extract-") for name in os.listdir(place / "parent"))
+
+
+def pax_record(key, value):
+    body = " %s=%s\n" % (key, value)
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length += 1
+    return ("%d%s" % (length, body)).encode()
+
+
+def extended(type_, payload):
+    return header("././@PaxHeader", len(payload), type_) + padded(payload)
+
+
+A_MEMBER = header("a.txt", 5) + padded(b"hello")
+
+
+@pytest.mark.parametrize("case", ["large-pax", "large-global", "large-longname", "pax-chain", "longname-chain",
+                                  "many-globals"])
+def test_extended_headers_are_bounded_before_tarfile_reads_them(place, tarmod, case):
+    slow = b"9" * (256 << 10)  # digits without a record: tarfile's parser takes minutes over these
+    data = {
+        "large-pax": extended(tarfile.XHDTYPE, slow) + A_MEMBER,
+        "large-global": extended(tarfile.XGLTYPE, slow) + A_MEMBER,
+        "large-longname": header("././@LongLink", 1 << 30, tarfile.GNUTYPE_LONGNAME) + b"n" * 4096 + A_MEMBER,
+        "pax-chain": extended(tarfile.XHDTYPE, pax_record("comment", "x")) * 5000 + A_MEMBER,
+        "longname-chain": extended(tarfile.GNUTYPE_LONGNAME, b"a.txt\0") * 5000 + A_MEMBER,
+        "many-globals": b"".join(extended(tarfile.XGLTYPE, pax_record("comment", "x"))
+                                 + header("f%d" % i, 1) + padded(b"x") for i in range(40)),
+    }[case]
+    data = gzip.compress(data + END, compresslevel=1)
+    started = time.monotonic()
+    with pytest.raises(UnsafeArchive, match="extended header|pax global headers"):
+        extract(data, place, tarmod)
+    assert time.monotonic() - started < 5
+    assert os.listdir(place / "parent") == []
+
+
+def test_extended_headers_a_writer_makes_still_pass(place, tarmod):
+    long_name = "VOCdevkit/" + "/".join(["d%03d" % i for i in range(60)]) + "/é.jpg"  # 250+ bytes, not ASCII
+    data = make_tar([f(long_name, b"img", pax_headers={"comment": "made by a labelling tool"})], fmt=tarfile.PAX_FORMAT)
+    result = extract(data, place, tarmod)
+    assert open(os.path.join(result.path, long_name), "rb").read() == b"img"
+
+
+def test_an_archive_that_does_not_fit_the_free_disk_is_refused_before_writing(small_disk, tarmod):
+    data = gzip.compress(make_tar([f("zeros.bin", bytes(30 << 20))]))  # 30 MB on a 24 MB disk
+    with pytest.raises(archive.NoRoom, match=r"expands to 31457280 bytes and \d+ are free under"):
+        archive.extract(io.BytesIO(data), str(small_disk), tarmod=tarmod)
+    assert os.listdir(small_disk) == []

@@ -47,6 +47,18 @@ def test_truncated_checkpoint_is_never_taken_as_complete(tmp_path):
     assert os.path.basename(path) == "ckpt-00000001" and state["epoch"] == 1
 
 
+@pytest.mark.parametrize("state", ["[" * 100000 + "]" * 100000, '{"epoch": NaN}', '{"files": {}, "x": "%s"}'
+                                   % ("a" * (17 << 20))])
+def test_a_state_file_that_breaks_the_json_policy_is_not_a_checkpoint(tmp_path, state):
+    m = CheckpointManager(str(tmp_path), keep=5)
+    m.save(1, {"epoch": 1}, payload("a"))
+    m.save(2, {"epoch": 2}, payload("a"))
+    with open(os.path.join(tmp_path, "ckpt-00000002", "state.json"), "w") as handle:
+        handle.write(state)
+    path, found = m.latest()  # the one before it, and no RecursionError or huge read
+    assert os.path.basename(path) == "ckpt-00000001" and found["epoch"] == 1
+
+
 def test_pointer_missing_or_stale_falls_back_to_newest_complete(tmp_path):
     m = CheckpointManager(str(tmp_path), keep=5)
     m.save(1, {"epoch": 1}, payload("a"))
@@ -173,4 +185,7 @@ def test_a_damaged_optimizer_state_is_a_checkpoint_error(tmp_path):
     layout["states"]["0"] = "no-such-array"
     (tmp_path / "optimizer.json").write_text(json.dumps(layout))
     with pytest.raises(CheckpointError, match="arrays no-such-array are missing"):
+        read_optimizer_state(str(tmp_path))
+    (tmp_path / "optimizer.json").write_text('{"format": 1, "states": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(CheckpointError, match="optimizer.json is not usable JSON: it is nested more than"):
         read_optimizer_state(str(tmp_path))

@@ -224,3 +224,37 @@ def test_position_round_trips_through_a_checkpoint(tmp_path):
                                        history=engine.history)
     assert len(resume.position.history) == 2 and math.isfinite(resume.position.history[1]["fit_loss"])
     assert os.path.basename(resume.path) == "ckpt-00000044"
+
+
+def test_each_step_is_timed_in_three_parts_and_the_summary_line_carries_them(tmp_path, caplog):
+    """Data wait, forward/backward and the update, per step on average, in the history and in the
+    summary line the shared metric definitions (speed, data wait, lr, step times) read."""
+    import re
+    import time
+
+    from detector_training.job.metrics import METRIC_DEFINITIONS
+
+    class SlowLoader(Batches):
+        def __iter__(self):
+            for batch in super().__iter__():
+                time.sleep(0.02)
+                yield batch
+
+    engine = make_engine(tmp_path, [MetricLogHook()], epochs=1, loader=SlowLoader())
+    update = engine.trainer.step
+    engine.trainer.step = lambda n: (time.sleep(0.01), update(n))
+    with caplog.at_level("INFO"):
+        engine.run()
+    record = engine.history[0]
+    # The loader's sleep counts as data wait, the update's as update, neither as forward/backward.
+    assert record["step_data_s"] >= 0.02 and record["step_update_s"] >= 0.01
+    assert 0 < record["step_forward_backward_s"] < record["step_data_s"]
+    assert sum(record[k] for k in ("step_data_s", "step_forward_backward_s", "step_update_s")) * STEPS \
+        <= record["time_s"]
+    line = next(l for l in caplog.text.splitlines() if "] summary:" in l)
+    for name, expected in (("train:step_data_s", record["step_data_s"]),
+                           ("train:step_update_s", record["step_update_s"]),
+                           ("train:step_forward_backward_s", record["step_forward_backward_s"]),
+                           ("train:speed", record["speed"]), ("train:data_wait_pct", record["data_wait_pct"])):
+        regex = next(d["Regex"] for d in METRIC_DEFINITIONS if d["Name"] == name)
+        assert float(re.search(regex, line).group(1)) == pytest.approx(expected, abs=1e-3, rel=0.01), name

@@ -80,10 +80,10 @@ def test_an_export_is_read_with_its_classes_and_configuration(tmp_path):
     (b'["a", "b"]', None, "the model lacks config.json"),
     (b'{"a": 1}', b"{}", "classes.json is not a list of class names"),
     (b"[]", b"{}", "classes.json is not a list of class names"),
-    (b"[1]", b"{}", "classes.json is not a list of class names"),
+    (b'["a", 1]', b"{}", "classes.json: entry 1 is 1; class names are strings"),
     (b"[oops", b"{}", "classes.json is not valid JSON"),
     (b'["a"]', b"[1]", "config.json is not an object"),
-    (b'["' + b"a" * (1 << 20) + b'"]', b"{}", "classes.json is larger than 1048576 bytes"),
+    (b'["' + b"a" * (1 << 20) + b'"]', b"{}", "classes.json is larger than the 1048576 bytes allowed"),
 ])
 def test_a_broken_model_directory_is_a_model_error_naming_the_file(tmp_path, classes, config, words):
     directory = write_export(tmp_path / "m", classes, config or b"{}")

@@ -1,6 +1,7 @@
 """Fine-tuning from the 'model' channel: an earlier job's model.tar.gz or directory, the same or a
 different class list."""
 
+import io
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from conftest import make_job, run_rank_job
 
 from detector_training.job.config import from_hyperparameters
 from detector_training.errors import DataError
-from detector_training.core.start_model import start_from_channel
+from detector_training.core.start_model import start_from_channel, start_model_files
 
 
 def tiny_net(classes):
@@ -92,7 +93,10 @@ def test_the_same_class_list_loads_everything_from_a_directory(tmp_path):
     ({"model-best.params": b"garbage", "classes.json": b"[\"a\"]"}, ["cannot read model-best.params"]),
     ({"model-best.params": b"", "classes.json": b"{oops"}, ["classes.json", "not valid JSON"]),
     ({"model-best.params": b"", "classes.json": b'["a", "' + b"b" * (2 << 20) + b'"]'},
-     ["classes.json", "larger than 1048576 bytes"]),
+     ["classes.json", "larger than the 1048576 bytes allowed"]),
+    ({"model-best.params": b"", "classes.json": b"[" * 100000 + b"]" * 100000}, ["classes.json", "nested more than 64"]),
+    ({"model-best.params": b"", "classes.json": b'["a", NaN]'}, ["classes.json", "NaN, which JSON does not allow"]),
+    ({"model-best.params": b"", "classes.json": b'["a", 7]'}, ["classes.json: entry 1 is 7; class names are strings"]),
 ])
 def test_unusable_model_channels_are_data_errors(tmp_path, content, words):
     channel = tmp_path / "model"
@@ -157,3 +161,24 @@ def test_a_mask_rcnn_keeps_its_mask_head_and_resets_its_per_class_masks(tmp_path
     with mx.autograd.predict_mode():
         ids, scores, boxes, masks = new(mx.nd.zeros((1, 3, 96, 96)))
     assert masks.shape[:2] == (1, 50)
+
+
+def test_a_directory_named_like_a_model_tarball_is_a_clear_error(tmp_path):
+    channel = tmp_path / "model"
+    (channel / "model.tar.gz" / "part").mkdir(parents=True)  # what an S3 prefix with keys under it becomes
+    with pytest.raises(DataError, match="model.tar.gz in the 'model' channel is a directory") as err:
+        start_model_files(str(channel), str(tmp_path))
+    assert "point the 'model' channel at the model.tar.gz object itself" in err.value.fix
+
+
+def test_a_model_tarball_that_does_not_fit_the_free_disk_is_a_clear_error(tmp_path, small_disk):
+    channel = tmp_path / "model"
+    channel.mkdir()
+    with tarfile.open(str(channel / "model.tar.gz"), "w:gz") as out:
+        info = tarfile.TarInfo("model-best.params")
+        info.size = 30 << 20  # zeros: a small tarball, more than the 24 MB disk holds
+        out.addfile(info, io.BytesIO(bytes(info.size)))
+    with pytest.raises(DataError, match=r"cannot use model.tar.gz .*expands to 31457280 bytes and \d+ are free") as err:
+        start_model_files(str(channel), str(small_disk))
+    assert "larger volume" in err.value.fix
+    assert os.listdir(small_disk) == []

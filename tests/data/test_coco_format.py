@@ -153,3 +153,61 @@ def test_data_one_folder_down_in_the_channel_is_found(coco_root, tmp_path):
     channel.mkdir()
     os.rename(coco_root, str(channel / "mydata"))
     assert build_datasets(config(), str(channel)).classes == ("circle", "square", "triangle")
+
+
+def test_an_annotation_file_named_by_path_stays_inside_the_channels(tmp_path):
+    from detector_training.data.coco_format import named_annotation_file
+
+    channels = tmp_path / "data"
+    (channels / "coco" / "labels").mkdir(parents=True)
+    (channels / "coco" / "labels" / "instances_val2017.json").write_text("{}")
+    (tmp_path / "outside.json").write_text("{}")
+    images, split, path = named_annotation_file(str(channels), "val", "coco/labels/instances_val2017.json", "")
+    assert (images, split) == (str(channels / "coco" / "labels"), "instances_val2017")
+    assert path == str(channels / "coco" / "labels" / "instances_val2017.json")
+    assert named_annotation_file(str(channels), "val", "coco/labels/instances_val2017.json",
+                                 "coco/pictures")[0] == str(channels / "coco" / "pictures")
+    for annotation, images, expected in (("../outside.json", "", "val_annotation_file=../outside.json lies outside"),
+                                         ("coco/labels/instances_val2017.json", "/tmp", "val_image_dir=/tmp lies outside"),
+                                         ("coco/labels/missing.json", "", "no such file in the job's channels")):
+        with pytest.raises(DataError, match=expected):
+            named_annotation_file(str(channels), "val", annotation, images)
+
+
+DEEP = "[" * 100000 + "]" * 100000
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda d: None, None),  # the generated document itself is valid
+    (lambda d: d["annotations"][0].update(bbox=[1, 2, 3]), "annotations[0].bbox is [1, 2, 3]; it must be four numbers"),
+    (lambda d: d["annotations"][0].update(bbox=["1", 2, 3, 4]), "annotations[0].bbox is [\"1\", 2, 3, 4]"),
+    (lambda d: d["annotations"][0].update(bbox=[1, 2, 3, True]), "annotations[0].bbox"),
+    (lambda d: d["categories"][1].update(id=str(d["categories"][1]["id"])), "categories[1].id is \"3\"; it must be a "
+                                                                            "number or a string, of the same type"),
+    (lambda d: d["categories"][0].update(name=7), "categories[0].name is 7; it must be a string"),
+    (lambda d: d["images"][0].update(width="640"), "images[0].width is \"640\"; it must be a positive number"),
+    (lambda d: d["images"][1].update(id=str(d["images"][1]["id"])), "images[1].id"),
+    ("NaN", "NaN, which JSON does not allow"),
+    ("1e999", "a number too large for a float"),
+    ("DEEP", "nested more than 64 levels deep"),
+])
+def test_annotations_that_lie_are_refused_naming_the_file_and_the_field(coco_root, change, words):
+    from detector_training.data.coco_format import annotation_file, read_document
+
+    path = annotation_file(coco_root, TRAIN_SPLIT)
+    document = json.load(open(path))
+    if callable(change):
+        change(document)
+        text = json.dumps(document)
+    else:  # written into the first box as the raw text a broken exporter would leave
+        text = json.dumps(dict(document, annotations=[dict(document["annotations"][0], bbox=[0, 0, 1, 1])]
+                               + document["annotations"][1:]))
+        text = text.replace("[0, 0, 1, 1]", "[0, 0, 1, %s]" % (DEEP if change == "DEEP" else change), 1)
+    with open(path, "w") as handle:
+        handle.write(text)
+    if words is None:
+        assert read_document(path)["annotations"]
+        return
+    with pytest.raises(DataError) as caught:
+        read_document(path)
+    assert path in caught.value.cause and words in caught.value.cause

@@ -63,3 +63,42 @@ def test_the_host_lock_is_exclusive(tmp_path):
         order.append("first")
     thread.join(5)
     assert order == ["first", "second"]
+
+
+def test_a_marker_that_is_not_a_file_is_no_marker_and_never_blocks(tmp_path):
+    root = tmp_path / "voc"
+    root.mkdir()
+    elsewhere = tmp_path / "forged.json"
+    elsewhere.write_text('{"format": %d, "status": "ok", "key": "k", "launch": "l"}' % host_once.MARKER_FORMAT)
+    for make in (lambda p: os.mkfifo(str(p)), lambda p: p.symlink_to(elsewhere), lambda p: p.symlink_to("/dev/zero"),
+                 lambda p: p.mkdir()):
+        marker = root / host_once.MARKER_NAME
+        make(marker)
+        found = []
+        reader = threading.Thread(target=lambda: found.append(host_once.read_marker(str(root))), daemon=True)
+        reader.start()
+        reader.join(5)
+        assert not reader.is_alive(), "reading the marker blocked"
+        assert found == [None]
+        host_once.write_marker(str(root), status="ok", key="k", launch="l")  # replaces it, never through it
+        assert host_once.read_marker(str(root))["status"] == "ok"
+        assert elsewhere.read_text().startswith('{"format"')
+        os.remove(str(marker))
+
+
+def test_the_lock_file_and_the_data_directory_are_replaced_never_written_through(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    lock, data = tmp_path / "work" / ".voc.lock", tmp_path / "work" / "voc"
+    lock.parent.mkdir()
+    lock.symlink_to(outside / "created-through-the-lock")
+    data.symlink_to(outside)
+    with host_once.HostLock(str(lock)):
+        host_once.real_directory(str(data))
+    assert os.listdir(outside) == []
+    assert lock.is_file() and not lock.is_symlink() and data.is_dir() and not data.is_symlink()
+    lock.unlink()
+    lock.mkdir()
+    with pytest.raises(DataError, match="where the data lock file belongs, is a directory"):
+        with host_once.HostLock(str(lock)):
+            pass

@@ -80,10 +80,11 @@ def test_every_bad_line_is_a_data_error_naming_it(change, message):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("{not json", r"line 2 is not JSON"),
-    ('{"a": NaN}', r"line 2 is not JSON \(NaN is not a JSON number\)"),
+    ("{not json", r"line 2 is not valid JSON"),
+    ('{"a": NaN}', r"line 2 is not valid JSON \(NaN, which JSON does not allow\)"),
     ("[1, 2]", r"line 2 is not a JSON object"),
-    ("[" * 100000 + "]" * 100000, r"line 2 is not JSON"),  # nesting deeper than the parser's stack
+    ('{"a": ' + "[" * 100 + "]" * 100 + "}", r"line 2 is not usable JSON: it is nested more than"),
+    ("[" * 100000 + "]" * 100000, r"line 2 is not usable JSON"),  # deeper than the parser's stack
 ])
 def test_a_line_that_is_not_a_json_object_is_named(tmp_path, text, message):
     path = tmp_path / "output.manifest"

@@ -61,7 +61,7 @@ def test_lines_group_with_and_without_metadata():
 
 
 @pytest.mark.parametrize("payloads, message", [
-    (lambda i, l: [i, l, i, b"{not json"], r"channel 'train' record 4 \(the label\) is not JSON"),
+    (lambda i, l: [i, l, i, b"{not json"], r"channel 'train' record 4 \(the label\) is not valid JSON"),
     (lambda i, l: [i, l, i, b"[1, 2]"], r"channel 'train' record 4: the label is list"),
     (lambda i, l: [i, l, l], r"channel 'train' record 3 is JSON where an image's bytes"),
     (lambda i, l: [i, l, i], r"channel 'train' ends after record 3, an image without its label"),

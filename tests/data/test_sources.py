@@ -3,14 +3,19 @@ mirrors (tests/fault_http_server.py on 127.0.0.1), each staging a whole archive 
 
 import hashlib
 import os
+import re
+import socket
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
+from conftest import use_s3_endpoint
 from fault_http_server import FaultServer
 from detector_training.data import sources
 from detector_training.data.sources import FetchOptions, SourceFailed, StagingWriteError
+from detector_training.errors import DataError
 
 FAST = FetchOptions(chunk_size=5 << 20, s3_workers=3, attempts=3, backoff_s=0.01, max_backoff_s=0.05,
                     timeout_s=5, progress_s=0.2)
@@ -256,3 +261,68 @@ def test_plain_http_is_refused_without_a_checksum_also_after_a_redirect(mirror, 
     with pytest.raises(SourceFailed, match="redirected to http://127.0.0.1"):
         sources.stage_http(url, staging, "x", FAST, lambda size: None, verified=False)
     assert os.listdir(staging) == []
+
+
+# ------------------------------------------------------------------------- sources that stall or wander
+
+def test_a_dripping_s3_source_fails_at_its_deadline_without_waiting_on_its_worker(staging, monkeypatch, tmp_path):
+    with FaultServer() as fake_s3:  # answers S3's HEAD and GET by path (bucket/key)
+        fake_s3.put("bucket/data.tar", DATA)
+        fake_s3.fail("bucket/data.tar", drip_s=0.01)
+        use_s3_endpoint(monkeypatch, tmp_path, fake_s3.url())
+        opts = FetchOptions(deadline_s=1.5, timeout_s=5, attempts=2)
+        client, outcome = sources.s3_client(opts), []
+
+        def fetch():
+            try:
+                sources.stage_s3(client, "s3://bucket/data.tar", staging, "data.tar", opts, lambda size: None)
+            except Exception as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=fetch, daemon=True)
+        started = time.monotonic()
+        worker.start()
+        worker.join(10)
+        assert not worker.is_alive(), "the cancelled transfer waited on its dripping worker"
+        assert time.monotonic() - started < 5
+    assert isinstance(outcome[0], SourceFailed) and "no complete transfer within 2 s" in outcome[0].reason
+    assert 0 < fake_s3.bytes_sent("bucket/data.tar") < 2000
+    assert os.listdir(staging) == []
+
+
+@pytest.mark.parametrize("location", ["ftp://127.0.0.1:%d/data.tar", "file:///etc/passwd?%d"])
+def test_a_redirect_to_another_scheme_is_refused_without_following_it(mirror, staging, location):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.3)
+    location = location % listener.getsockname()[1]
+    mirror.fail("a/data.tar", redirect=location)
+    with pytest.raises(SourceFailed, match="redirected to %s; only http|Redirection to url '%s' is not allowed"
+                       % (re.escape(location), re.escape(location))):
+        stage_http(mirror, staging)
+    with pytest.raises(socket.timeout):  # nobody came to the ftp address
+        listener.accept()
+    listener.close()
+    assert len(mirror.gets("a/data.tar")) == 1 and os.listdir(staging) == []
+
+
+def test_a_source_without_a_length_reserves_disk_as_bytes_arrive_and_stops_at_the_budget(staging):
+    with FaultServer(length=False) as plain:
+        plain.put("a/data.tar", DATA)
+        calls = []
+
+        def reserve(size, arrived=0):  # a budget of 2 MB, as the fetch's free-disk budget answers
+            calls.append((size, arrived))
+            if size > 2 << 20:
+                raise DataError("not enough free disk space", "free some.")
+
+        with pytest.raises(DataError):
+            sources.stage_http(plain.url("a/data.tar"), staging, "data.tar", replace(FAST, reserve_step=1 << 20),
+                               reserve)
+        assert calls[0] == (1 << 20, 0) and len(calls) >= 2
+        assert all(arrived < size for size, arrived in calls[1:]) and calls[-1][1] <= 2 << 20
+        assert os.listdir(staging) == []
+        staged = sources.stage_http(plain.url("a/data.tar"), staging, "data.tar", FAST, lambda *a: None)
+        assert staged.sha1 == SHA1  # within the budget the whole file arrives
+        staged.close()

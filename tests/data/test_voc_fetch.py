@@ -11,10 +11,10 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -389,16 +389,6 @@ def test_a_dripping_mirror_fails_over_to_the_next_one(tmp_path, voc_tars, mirror
         assert marker(root)["tars"][V12]["source"] == base2
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 24 MB file system (tmpfs) for the work directory."""
-    path = tmp_path / "small"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(path)], check=True)
-    yield path
-    subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def test_a_gzip_tar_is_checked_against_the_free_disk_by_its_expanded_size(tmp_path, small_disk):
     devkit = tmp_path / "gen"
     generate(str(devkit), 4, 2, 0, seed=4)
@@ -497,3 +487,54 @@ def test_what_an_interrupted_fetch_left_is_cleared_first(tmp_path, voc_tars, mir
     assert_complete(root, voc_tars)
     assert not os.path.exists(os.path.join(root, "VOCdevkit", "VOC2007", "JPEGImages", "stale.jpg"))
     assert "clearing" in caplog.text
+
+
+def test_a_working_directory_that_is_not_what_it_seems_is_never_written_through(tmp_path, voc_tars):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("original")
+    config, env, work = job(tmp_path, voc_tars, channel_tars=TARS)
+    os.makedirs(work)
+    os.symlink(str(outside), os.path.join(work, "voc"))  # the data directory
+    os.symlink(str(outside / "lock"), os.path.join(work, ".voc.lock"))  # the lock file
+    root = acquire_voc(config, env, World(), work, FAST)
+    assert_complete(root, voc_tars)
+    assert not os.path.islink(root)
+    assert os.listdir(outside) == ["victim.txt"] and (outside / "victim.txt").read_text() == "original"
+
+
+def test_a_mirror_that_sends_no_length_stops_at_the_free_disk_budget(tmp_path, small_disk):
+    payload = os.urandom(30 << 20)  # more than the 24 MB disk holds
+    with FaultServer(length=False) as plain:
+        plain.put("voc/data.tar", payload)
+        config, env, _ = job(tmp_path, data_mirrors=plain.url("voc"),
+                             data_checksums=json.dumps({"data.tar": hashlib.sha1(payload).hexdigest()}))
+        with pytest.raises(DataError) as caught:
+            acquire_voc(config, env, World(), str(small_disk), replace(FAST, reserve_step=1 << 20))
+    text = caught.value.cause
+    assert "not enough free disk space" in text and "to go on downloading (no length announced" in text, text
+    assert not os.path.exists(os.path.join(str(small_disk), "voc", voc_fetch.STAGING_DIR_NAME))
+
+
+@pytest.mark.parametrize("kind", ["gz", "bz2", "xz"])
+def test_a_corrupt_compressed_tar_with_a_matching_checksum_is_an_archive_error_of_that_source(tmp_path, kind):
+    import bz2
+    import lzma
+
+    compress = {"gz": __import__("gzip").compress, "bz2": bz2.compress, "xz": lzma.compress}[kind]
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w") as out:
+        info = tarfile.TarInfo("VOCdevkit/VOC2007/JPEGImages/1.jpg")
+        info.size = 50000
+        out.addfile(info, io.BytesIO(os.urandom(info.size)))
+    packed = bytearray(compress(plain.getvalue()))
+    packed[len(packed) // 2] ^= 0x55  # the checksum is of these bytes: only the stream itself can tell
+    name = "data.tar." + kind
+    channel = tmp_path / "opt_ml" / "input" / "data" / "voc"
+    channel.mkdir(parents=True)
+    (channel / name).write_bytes(bytes(packed))
+    config, env, work = job(tmp_path, data_checksums=json.dumps({name: hashlib.sha1(bytes(packed)).hexdigest()}))
+    with pytest.raises(DataError) as caught:
+        acquire_voc(config, env, World(), work, FAST)
+    assert "channel 'voc': not a readable tar archive" in caught.value.cause
+    assert not os.path.exists(os.path.join(work, "voc", "VOCdevkit"))

@@ -7,20 +7,21 @@ from types import SimpleNamespace
 
 import pytest
 from detector_training import families
-from detector_training.core.engine import MetricLogHook, MetricSums, ValidationHook
+from detector_training.core.engine import MetricLogHook, MetricSums, StepTimes, ValidationHook
 from detector_training.job.metrics import METRIC_DEFINITIONS, definitions_for
 
 
 def engine_lines(family, caplog):
     """The summary and validation lines of one epoch, written by the engine's own hooks for a
-    family whose i-th logged name averages 0.i and whose i-th score is 0.i."""
+    family whose i-th logged name averages 0.i and whose i-th score is 0.i, and whose two steps
+    took 0.3 s of forward/backward and 0.05 s of update each."""
     sums = MetricSums()
     engine = SimpleNamespace(
         config=SimpleNamespace(val_interval=1), world=SimpleNamespace(is_main=True, size=1),
         dist=SimpleNamespace(allreduce_sum=list), trainer=SimpleNamespace(learning_rate=0.001),
         sums=sums, log_names=family.log_names, loss_names=family.loss_names, steps=2,
-        per_rank_batch=1, epoch=3, last_epoch=True, data_wait=0.0, history=[],
-        best_map=float("-inf"))
+        per_rank_batch=1, epoch=3, last_epoch=True, history=[], best_map=float("-inf"), scalars={},
+        times=StepTimes(forward_backward=0.6, update=0.1, steps=2))
     log_hook = MetricLogHook()
     log_hook.before_epoch(engine)
     for i, name in enumerate(family.log_names):
@@ -43,7 +44,8 @@ def test_every_definition_of_a_family_reads_its_value_from_the_engines_log_lines
     definitions = {d["Name"]: d["Regex"] for d in definitions_for(name)}
     expected = dict({"train:%s" % n: 0.1 * (i + 1) for i, n in enumerate(family.log_names)},
                     **{"validation:%s" % n: 0.1 * (i + 1) for i, n in enumerate(family.score_names)},
-                    **{"train:lr": 0.001, "train:data_wait_pct": 0.0})
+                    **{"train:lr": 0.001, "train:data_wait_pct": 0.0, "train:step_data_s": 0.0,
+                       "train:step_forward_backward_s": 0.3, "train:step_update_s": 0.05})
     assert set(expected) | {"train:speed"} == set(definitions)
     for metric, value in expected.items():
         match = re.search(definitions[metric], text)

@@ -1,6 +1,8 @@
 """The /opt/ml and process-environment snapshot (job/sm_env.py), read once."""
 
 
+import os
+
 import pytest
 from detector_training.errors import ConfigError
 from detector_training.job.sm_env import Environment
@@ -42,3 +44,19 @@ def test_the_old_setting_names_still_work_for_one_release_with_a_warning(tmp_pat
     assert "FRCNN_WORK_DIR is deprecated" in caplog.text and "set DETECTOR_WORK_DIR instead" in caplog.text
     both = Environment.read(str(tmp_path), environ={"FRCNN_WORK_DIR": "/old", "DETECTOR_WORK_DIR": "/new"})
     assert both.work_dir == "/new"  # the new name wins
+
+
+def test_configuration_files_that_lie_are_config_errors_naming_the_file(tmp_path):
+    config = tmp_path / "input" / "config"
+    config.mkdir(parents=True)
+    (config / "hyperparameters.json").write_text("{\"a\": " + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(ConfigError, match="hyperparameters.json is not usable JSON: it is nested more than 64"):
+        Environment.read(str(tmp_path), environ={})
+    (config / "hyperparameters.json").write_text("{}")
+    (config / "resourceconfig.json").write_text("[\"algo-1\"]")
+    with pytest.raises(ConfigError, match="resourceconfig.json must hold a JSON object"):
+        Environment.read(str(tmp_path), environ={})
+    (config / "resourceconfig.json").unlink()
+    os.mkfifo(str(config / "inputdataconfig.json"))  # no writer: an open that blocks would hang here
+    with pytest.raises(ConfigError, match="inputdataconfig.json is not a regular file"):
+        Environment.read(str(tmp_path), environ={})

@@ -10,24 +10,52 @@ byte is written:
   a name given twice (other than a directory) or a file used as a directory refuses it too;
 * the number of members and the total expanded bytes are bounded, and the free-disk check counts
   expanded bytes (a gzip stream cannot get around it);
-* modes are normalised (files 0644, directories 0755), the owner is never applied.
+* a size that is negative (pax or base-256 headers can say so) refuses the archive before tarfile
+  moves by it: tarfile would otherwise step back onto headers it already read, or hidden inside an
+  earlier member;
+* extended headers (pax ``x``/``g``, GNU long names) are bounded in size, in how many may come in a
+  row, and pax global headers in number, before tarfile reads them: its pax parser costs time
+  quadratic in a header's size on this Python;
+* the whole stream is read to its end before anything is written, so that gzip's, bzip2's and xz's
+  own checks see every byte: a truncated or altered stream is an :class:`UnreadableArchive`;
+* modes are normalised (files 0644, directories 0755), the owner is never applied, an mtime that
+  is not a plausible time (not finite, negative, past the year 2514) is not applied either.
 
 Then tarfile extracts, with its ``data`` filter as a second layer (the stdlib's where the Python
 has it, else the ``backports.tarfile`` package: Debian's Python 3.11.2 predates the filters), into a
 fresh private directory (0700) that the caller moves into place only once the whole archive
-extracted and the tree was checked again (regular files and directories only).
+extracted and the tree was checked again (regular files and directories only). The bytes extracted
+are counted from the files as written, and extraction stops before the next file would pass the cap;
+an archive whose expansion does not fit the free disk under the parent is refused before a byte is
+written.
+
+Every failure is one of the project's errors (:class:`ArchiveError` and its kinds), never the
+exception of a compression library or of tarfile.
 """
 
+import lzma
 import os
 import posixpath
 import shutil
 import tempfile
+import zlib
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
+
+from detector_training.errors import ArchiveError
 
 NAME_MAX_BYTES = 1024  # well under PATH_MAX with the target directory in front
 COMPONENT_MAX_BYTES = 255
 _COPY_BUFFER = 1 << 20
+# A pax record holds at most one name (the policy's 1,024 bytes) and a few numbers; 4 KiB costs
+# tarfile's parser milliseconds where 256 KiB cost it over a minute.
+EXTENDED_HEADER_MAX_BYTES = 4096
+EXTENDED_HEADERS_IN_A_ROW = 8  # a writer puts at most a global, a pax, a long-name and a long-link one
+GLOBAL_HEADERS_MAX = 16
+TRAILER_MAX_BYTES = 1 << 20  # after the end-of-archive marker: tar pads to 10 KiB records
+MTIME_LIMIT = 1 << 34  # seconds since 1970 (the year 2514); later or not finite: not applied
+DISK_MARGIN_BYTES = 64 << 20
+_EXTENDED_TYPES = (b"x", b"g", b"X", b"L", b"K")
 _KINDS = (("issym", "a symbolic link"), ("islnk", "a hard link"), ("ischr", "a character device"),
           ("isblk", "a block device"), ("isfifo", "a FIFO"))
 
@@ -43,20 +71,22 @@ def tarfile_module():
     return backport
 
 
-class ArchiveError(Exception):
-    """The archive cannot be used; ``reason`` is one short sentence for messages."""
-
-    def __init__(self, reason):
-        super().__init__(reason)
-        self.reason = reason
-
-
 class UnsafeArchive(ArchiveError):
     """A member the policy refuses (the whole archive is refused, nothing of it is kept)."""
 
 
 class UnreadableArchive(ArchiveError):
-    """Not a tar, truncated or corrupt."""
+    """Not a tar, truncated or corrupt (in the tar or in its compression)."""
+
+    def __init__(self, reason, fix="use an intact copy of the archive (it may have been cut short or damaged)."):
+        super().__init__(reason, fix)
+
+
+class NoRoom(ArchiveError):
+    """The archive expands to more than the free disk space where it would be extracted."""
+
+    def __init__(self, reason, fix="give the job a larger volume (VolumeSizeInGB) or free disk space."):
+        super().__init__(reason, fix)
 
 
 @dataclass(frozen=True)
@@ -87,6 +117,8 @@ def _kind(info):
 
 def member_problem(info):
     """Why the policy refuses this member, or None. Pure: looks at the header only."""
+    if info.size < 0:
+        return "has a negative size (%d)" % info.size
     kind = _kind(info)
     if kind:
         target = " (to %r)" % info.linkname if info.issym() or info.islnk() else ""
@@ -139,13 +171,66 @@ class MemberIndex:
         return None
 
 
+def _bounded_tarfile(tarmod):
+    """``tarmod.TarFile`` whose headers are checked before tarfile acts on them (see the module's
+    docstring): a negative size, an extended header over its size, or too many of them."""
+
+    class BoundedTarInfo(tarmod.TarInfo):
+        __slots__ = ()
+
+        def _proc_member(self, tarfile):  # tarfile's documented hook for subclasses
+            if self.size < 0:
+                raise UnsafeArchive("the header at byte %d has a negative size (%d)" % (self.offset, self.size))
+            if self.type not in _EXTENDED_TYPES:
+                tarfile.extended_run = 0
+                return super()._proc_member(tarfile)
+            tarfile.extended_run += 1
+            tarfile.global_headers += self.type == b"g"
+            if self.size > EXTENDED_HEADER_MAX_BYTES:
+                raise UnsafeArchive("an extended header at byte %d is %d bytes, over the %d allowed"
+                                    % (self.offset, self.size, EXTENDED_HEADER_MAX_BYTES))
+            if tarfile.extended_run > EXTENDED_HEADERS_IN_A_ROW:
+                raise UnsafeArchive("more than %d extended headers in a row at byte %d"
+                                    % (EXTENDED_HEADERS_IN_A_ROW, self.offset))
+            if tarfile.global_headers > GLOBAL_HEADERS_MAX:
+                raise UnsafeArchive("more than %d pax global headers" % GLOBAL_HEADERS_MAX)
+            return super()._proc_member(tarfile)
+
+    class BoundedTarFile(tarmod.TarFile):
+        tarinfo = BoundedTarInfo
+        extended_run = 0
+        global_headers = 0
+
+    return BoundedTarFile
+
+
 def _normalise(tarmod):
     def member_filter(member, path):
         member = tarmod.data_filter(member, path)  # second layer: absolute, outside, links, modes
+        mtime = member.mtime if 0 <= member.mtime < MTIME_LIMIT else None  # NaN compares false
         return member.replace(mode=0o755 if member.isdir() else 0o644, uid=None, gid=None, uname=None,
-                              gname=None, deep=False)
+                              gname=None, mtime=mtime, deep=False)
 
     return member_filter
+
+
+class _WithinCap:
+    """The members for tarfile to extract, one at a time: each extracted file's size is read back
+    from the disk, and the next file is refused when it would take the total over ``limit``."""
+
+    def __init__(self, members, target, limit):
+        self.members = members
+        self.target = target
+        self.limit = limit
+        self.written = 0
+
+    def __iter__(self):
+        for info in self.members:
+            if info.isreg() and self.written + info.size > self.limit:
+                raise UnsafeArchive("it expands to more than %d bytes" % self.limit)
+            yield info
+            if info.isreg():
+                self.written += os.lstat(os.path.join(self.target, info.name)).st_size
 
 
 def _check_tree(root):
@@ -165,6 +250,9 @@ def _check_tree(root):
     return files
 
 
+_STREAM_ERRORS = (EOFError, zlib.error, lzma.LZMAError)  # a compressed stream cut short or altered
+
+
 def _unreadable(exc):
     """One line: tarfile's own message for 'r:*' lists every compression it tried."""
     text = (str(exc).splitlines() or [""])[0].rstrip(":").strip() or type(exc).__name__
@@ -175,11 +263,27 @@ def _unreadable(exc):
 
 def _check_end(archive):
     """tarfile ends its listing quietly at a header it cannot parse after the first member: the
-    archive must end where the listing did (end-of-archive zeros or nothing), else it is corrupt."""
+    archive must end where the listing did (end-of-archive zeros or nothing), else it is corrupt.
+    The stream is then read to its end (at most TRAILER_MAX_BYTES more), so that its compression's
+    own checks (gzip's CRC and length, bzip2's and xz's) have seen every byte."""
     archive.fileobj.seek(archive.offset)
     block = archive.fileobj.read(512)
     if block.strip(b"\0"):
         raise UnreadableArchive("corrupt tar archive: an unreadable member header at byte %d" % archive.offset)
+    trailer = len(block)
+    while True:
+        chunk = archive.fileobj.read(_COPY_BUFFER)
+        if not chunk:
+            return
+        trailer += len(chunk)
+        if trailer > TRAILER_MAX_BYTES:
+            raise UnreadableArchive("more than %d bytes follow the end of the tar archive" % TRAILER_MAX_BYTES)
+
+
+def _check_room(parent, expanded):
+    free = shutil.disk_usage(parent).free
+    if expanded + DISK_MARGIN_BYTES > free:
+        raise NoRoom("it expands to %d bytes and %d are free under %s" % (expanded, free, parent))
 
 
 def extract(fileobj, parent, *, limits=Limits(), select: Optional[Callable] = None,
@@ -188,14 +292,15 @@ def extract(fileobj, parent, *, limits=Limits(), select: Optional[Callable] = No
     the ones ``select(info)`` keeps (all by default) into a new private directory under ``parent``.
 
     ``before_write(expanded_bytes)`` runs after the check and before anything is written (the
-    free-disk check). Returns :class:`Extracted`; raises :class:`UnsafeArchive` or
-    :class:`UnreadableArchive`, leaving nothing behind.
+    caller's free-disk budget); then the expanded bytes must fit the free disk under ``parent``.
+    Returns :class:`Extracted`; raises :class:`UnsafeArchive`, :class:`UnreadableArchive` or
+    :class:`NoRoom`, leaving nothing behind.
     """
     tarmod = tarmod or tarfile_module()
     caps = dict(limits.file_caps or {})
     try:
-        archive = tarmod.open(fileobj=fileobj, mode="r:*")
-    except (tarmod.TarError, EOFError, OSError) as exc:
+        archive = _bounded_tarfile(tarmod).open(fileobj=fileobj, mode="r:*")
+    except (tarmod.TarError, OSError) + _STREAM_ERRORS as exc:
         raise _unreadable(exc) from None
     with archive:
         archive.copybufsize = _COPY_BUFFER
@@ -220,21 +325,23 @@ def extract(fileobj, parent, *, limits=Limits(), select: Optional[Callable] = No
                         raise UnsafeArchive("it expands to more than %d bytes" % limits.max_bytes)
                     wanted.append(info)
             _check_end(archive)
-        except (tarmod.TarError, EOFError, OSError) as exc:
+        except (tarmod.TarError, OSError) + _STREAM_ERRORS as exc:
             raise _unreadable(exc) from None
         if before_write is not None:
             before_write(expanded)
+        _check_room(parent, expanded)
         target = tempfile.mkdtemp(prefix=".extract-", dir=parent)
         try:
-            archive.extractall(target, members=wanted, filter=_normalise(tarmod))
+            members = _WithinCap(wanted, target, limits.max_bytes)
+            archive.extractall(target, members=members, filter=_normalise(tarmod))
             files = _check_tree(target)
         except tarmod.FilterError as exc:  # the second layer refused what the first let through
             shutil.rmtree(target, ignore_errors=True)
             raise UnsafeArchive("refused by tarfile's data filter: %s" % exc) from None
-        except (tarmod.TarError, EOFError) as exc:
+        except (tarmod.TarError,) + _STREAM_ERRORS as exc:
             shutil.rmtree(target, ignore_errors=True)
             raise _unreadable(exc) from None
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-    return Extracted(target, files, expanded)
+    return Extracted(target, files, members.written)

@@ -26,13 +26,16 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from detector_training.core.files import atomic_write_text, fsync_dir
+from detector_training.core.files import atomic_write_text, fsync_dir, read_json
 from detector_training.errors import CheckpointError
 
 LOG = logging.getLogger("detector_training")
 POINTER = "latest"
 MODEL_PARAMS = "model.params"
 STATE = "state.json"
+STATE_CAP = 16 << 20  # the position and the history of every epoch
+LAYOUT_CAP = 64 << 20  # optimizer.json: one entry per parameter
+_REMOVE_IT = "remove that checkpoint; the job resumes from the one before it."
 _NAME = re.compile(r"^ckpt-(\d{8,})$")
 
 
@@ -82,11 +85,10 @@ class CheckpointManager:
     def is_complete(self, name):
         path = self._path(name)
         try:
-            with open(os.path.join(path, STATE)) as handle:
-                record = json.load(handle)
+            record = read_state(path)
             return all(os.path.getsize(os.path.join(path, f)) == size
                        for f, size in record["files"].items())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (CheckpointError, OSError, ValueError, KeyError, TypeError, AttributeError):
             return False
 
     def complete_names(self):
@@ -108,13 +110,18 @@ class CheckpointManager:
             name = complete[-1] if complete else None
         if name is None:
             return None
-        with open(os.path.join(self._path(name), STATE)) as handle:
-            return self._path(name), json.load(handle)
+        return self._path(name), read_state(self._path(name))
 
     def prune(self):
         complete = self.complete_names()
         for name in complete[: max(0, len(complete) - self.keep)]:
             shutil.rmtree(self._path(name), ignore_errors=True)
+
+
+def read_state(path):
+    """A checkpoint's ``state.json`` (checkpoints come back from S3: bytes from outside) under the
+    JSON policy: size and nesting capped, only JSON's own numbers; a CheckpointError otherwise."""
+    return read_json(os.path.join(path, STATE), STATE_CAP, error=CheckpointError, fix=_REMOVE_IT)
 
 
 OPTIMIZER_ARRAYS = "optimizer.params"
@@ -171,8 +178,7 @@ def read_optimizer_state(directory):
             "state is not loaded (a checkpoint is data, never code)." % (directory, OPTIMIZER_LAYOUT),
             "start from an empty checkpoint directory (or remove that checkpoint).")
     try:
-        with open(layout_path) as handle:
-            layout = json.load(handle)
+        layout = read_json(layout_path, LAYOUT_CAP, error=CheckpointError, fix=_REMOVE_IT)
         loaded = mx.nd.load(os.path.join(directory, OPTIMIZER_ARRAYS))
         arrays = {name: value.asnumpy() for name, value in (loaded.items() if isinstance(loaded, dict) else [])}
         names = set()
@@ -195,7 +201,7 @@ def read_optimizer_state(directory):
         {int(k): int(v) for k, v in layout["index_update_count"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError, mx.base.MXNetError) as exc:
         raise CheckpointError("the optimizer state in checkpoint %s cannot be read: %s" % (directory, exc),
-                              "remove that checkpoint; the job resumes from the one before it.") from exc
+                              _REMOVE_IT) from exc
     return layout, arrays
 
 

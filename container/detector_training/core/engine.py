@@ -108,7 +108,10 @@ class Engine:
         self.sums = MetricSums()
         self.hooks = [h for h in hooks if world.is_main or not h.main_only]
         self.completed = False
-        self.data_wait = 0.0  # seconds this epoch spent waiting for the loader
+        self.times = StepTimes()  # this epoch's steps: data wait, forward/backward, update
+        # Scalars a hook published at the current point (name -> value), for the writers after it
+        # (TensorBoard); emptied before each point.
+        self.scalars = {}
         self.best_map = position.best_map if position.best_map is not None else float("-inf")
         self.history = list(position.history)  # one dict per finished epoch: losses, metrics, mAP
         self.last_validation = None
@@ -126,6 +129,7 @@ class Engine:
         mx.nd.waitall()
 
     def _call(self, point):
+        self.scalars = {}
         for hook in self.hooks:
             getattr(hook, point)(self)
 
@@ -134,19 +138,24 @@ class Engine:
         try:
             while self.epoch < self.config.epochs:
                 self._call("before_epoch")
-                self.data_wait = 0.0
+                self.times = StepTimes()
                 batches = iter(self.loader)
                 first, self.start_iteration = self.start_iteration, 0
                 for self.iteration in range(first, self.steps):
                     waited = time.perf_counter()
                     batch = next(batches)
-                    self.data_wait += time.perf_counter() - waited
+                    loaded = time.perf_counter()
                     self._call("before_step")
+                    started = time.perf_counter()
                     self.sums.add_step(self._checked(self.step(batch)))
-                    self.trainer.step(self.per_rank_batch)
-                    # One sync per step, as GluonCV's loop has through its metrics: it bounds the
-                    # queue of pending operations and makes data_wait an honest measure.
+                    # A sync after forward/backward and one after the update, as GluonCV's loop
+                    # has through its metrics: they bound the queue of pending operations and let
+                    # each part of the step be timed apart.
                     self._sync()
+                    computed = time.perf_counter()
+                    self.trainer.step(self.per_rank_batch)
+                    self._sync()
+                    self.times.add(loaded - waited, computed - started, time.perf_counter() - computed)
                     self.global_step += 1
                     self._call("after_step")
                     if self.stopped:
@@ -168,6 +177,30 @@ class Engine:
     @property
     def last_epoch(self):
         return self.epoch == self.config.epochs - 1
+
+
+@dataclass
+class StepTimes:
+    """Seconds this rank's steps spent waiting for data, in forward/backward and in the update
+    (the distributed gradient allreduce and the optimizer), summed over ``steps``."""
+
+    data_wait: float = 0.0
+    forward_backward: float = 0.0
+    update: float = 0.0
+    steps: int = 0
+
+    def add(self, data_wait, forward_backward, update):
+        self.data_wait += data_wait
+        self.forward_backward += forward_backward
+        self.update += update
+        self.steps += 1
+
+    def per_step(self):
+        """Mean seconds per step: {step_data_s, step_forward_backward_s, step_update_s}."""
+        steps = max(self.steps, 1)
+        return {"step_data_s": self.data_wait / steps,
+                "step_forward_backward_s": self.forward_backward / steps,
+                "step_update_s": self.update / steps}
 
 
 def every(n, epoch, last):
@@ -216,19 +249,21 @@ def format_metrics(values, names):
 
 
 class MetricLogHook(Hook):
-    """Every log_interval steps: metrics summed over all ranks, global samples/s, lr.
+    """Every log_interval steps: metrics summed over all ranks, global samples/s, lr; at the end
+    of an epoch its summary with the split of this rank's step time. Each is logged and published
+    as scalars (``train/<name>`` and ``epoch/<name>``).
 
     Lines (stable, matched by the launcher's metric definitions)::
 
         [Epoch 0][Batch 9/24] lr=0.001000 speed=3.2 samples/s rpn_conf_loss=0.1 ...
-        [Epoch 0] summary: time=12.3s speed=3.1 samples/s rpn_conf_loss=0.1 ...
+        [Epoch 0] summary: time=12.3s speed=3.1 samples/s data_wait=2.0% step_data=0.0020s
+            step_forward_backward=0.3100s step_update=0.0150s lr=0.001000 rpn_conf_loss=0.1 ...
     """
 
     def before_epoch(self, engine):
         engine.sums.reset()
-        self.window = MetricSums()
         self.epoch_start = self.window_start = time.time()
-        self.window_steps = 0
+        self.window_steps, self.window_wait = 0, 0.0
 
     def after_step(self, engine):
         self.window_steps += 1
@@ -237,25 +272,34 @@ class MetricLogHook(Hook):
             values = MetricSums.values_from_flat(engine.log_names, totals)
             elapsed = max(time.time() - self.window_start, 1e-9)
             speed = self.window_steps * engine.per_rank_batch * engine.world.size / elapsed
+            data_wait = 100.0 * (engine.times.data_wait - self.window_wait) / elapsed
             if engine.world.is_main:
                 LOG.info("[Epoch %d][Batch %d/%d] lr=%.6f speed=%.3f samples/s %s", engine.epoch,
                          engine.iteration, engine.steps, engine.trainer.learning_rate, speed,
                          format_metrics(values, engine.log_names))
+            engine.scalars.update(("train/" + name, value) for name, value in dict(
+                values, lr=engine.trainer.learning_rate, speed=speed, data_wait_pct=data_wait).items())
             self.window_start, self.window_steps = time.time(), 0
+            self.window_wait = engine.times.data_wait
 
     def after_epoch(self, engine):
         totals = engine.dist.allreduce_sum(engine.sums.flat(engine.log_names))
         values = MetricSums.values_from_flat(engine.log_names, totals)
         elapsed = max(time.time() - self.epoch_start, 1e-9)
         speed = engine.steps * engine.per_rank_batch * engine.world.size / elapsed
-        data_wait = 100.0 * engine.data_wait / elapsed
+        data_wait = 100.0 * engine.times.data_wait / elapsed
+        step_times = engine.times.per_step()
         record = dict(values, epoch=engine.epoch, time_s=elapsed, speed=speed,
-                      lr=engine.trainer.learning_rate, data_wait_pct=data_wait)
+                      lr=engine.trainer.learning_rate, data_wait_pct=data_wait, **step_times)
         engine.history.append(record)
         if engine.world.is_main:
-            LOG.info("[Epoch %d] summary: time=%.1fs speed=%.3f samples/s data_wait=%.1f%% lr=%.6f %s",
-                     engine.epoch, elapsed, speed, data_wait, engine.trainer.learning_rate,
-                     format_metrics(values, engine.log_names))
+            LOG.info("[Epoch %d] summary: time=%.1fs speed=%.3f samples/s data_wait=%.1f%% "
+                     "step_data=%.4fs step_forward_backward=%.4fs step_update=%.4fs lr=%.6f %s",
+                     engine.epoch, elapsed, speed, data_wait, step_times["step_data_s"],
+                     step_times["step_forward_backward_s"], step_times["step_update_s"],
+                     engine.trainer.learning_rate, format_metrics(values, engine.log_names))
+        engine.scalars.update(("epoch/" + name, value) for name, value in record.items()
+                              if name != "epoch")
         bad = [k for k in engine.loss_names if k in values and not math.isfinite(values[k])]
         if bad:
             raise JobError("training diverged at epoch %d: %s became NaN/inf." % (engine.epoch, ", ".join(bad)),
@@ -282,14 +326,21 @@ class ValidationHook(Hook):
         result["epoch"] = engine.epoch
         engine.last_validation = result
         engine.history[-1].update((name, result[name]) for name in self.scores)
+        # Per class: AP, then any other per-class score (Mask R-CNN: mask_per_class -> mask_AP).
+        per_class = {"AP": result["per_class"]}
+        per_class.update((k[:-len("_per_class")] + "_AP", result[k]) for k in sorted(result)
+                         if k.endswith("_per_class") and k != "per_class")
+        elapsed = time.time() - start
         if engine.world.is_main:
-            # Per class: AP, then any other per-class score (Mask R-CNN: mask_per_class -> mask_AP).
-            others = sorted(k for k in result if k.endswith("_per_class"))
-            for name, ap in result["per_class"].items():
-                LOG.info("validation: epoch=%d class=%s AP=%.4f%s", engine.epoch, name, ap, "".join(
-                    " %s_AP=%.4f" % (k[:-len("_per_class")], result[k][name]) for k in others))
+            for name in result["per_class"]:
+                LOG.info("validation: epoch=%d class=%s %s", engine.epoch, name,
+                         " ".join("%s=%.4f" % (score, aps[name]) for score, aps in per_class.items()))
             LOG.info("validation: epoch=%d images=%d time=%.1fs %s", engine.epoch, result["images"],
-                     time.time() - start, " ".join("%s=%.4f" % (n, result[n]) for n in self.scores))
+                     elapsed, " ".join("%s=%.4f" % (n, result[n]) for n in self.scores))
+        engine.scalars.update(("validation/" + name, result[name]) for name in self.scores)
+        engine.scalars["validation/time_s"] = elapsed
+        engine.scalars.update(("per_class_%s/%s" % (score, name), ap)
+                              for score, aps in per_class.items() for name, ap in aps.items())
         if result[self.objective] > engine.best_map:
             engine.best_map = result[self.objective]
             if engine.world.is_main:

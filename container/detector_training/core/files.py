@@ -1,5 +1,5 @@
-"""Files that readers never see half-written: the package's one atomic-write helper (and a
-bounded reader for the small JSON files that come with untrusted input).
+"""Files that readers never see half-written: the package's one atomic-write helper; and the one
+reader of JSON that comes from outside (a channel, a model, the job's configuration).
 
 Everything the job leaves behind (checkpoint pointers, the model directory, the report, the
 data-fetch completion marker, prediction pictures) goes through :func:`atomic_write`: the bytes
@@ -7,8 +7,12 @@ are written to a temporary file beside the target, flushed to disk and renamed o
 """
 
 import json
+import math
 import os
+import stat
 import tempfile
+
+from detector_training.errors import DataError
 
 
 def fsync_dir(path):
@@ -65,16 +69,84 @@ def write_json(path, value):
     atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True, default=str) + "\n")
 
 
-class TooLarge(ValueError):
-    pass
+JSON_MAX_DEPTH = 64  # COCO's deepest field (a polygon in a segmentation list) is 4 levels down
 
 
-def read_small_json(path, cap):
-    """JSON from a file of at most ``cap`` bytes (a classes.json or config.json that came with a
-    user's model): a larger file raises TooLarge before anything is parsed; invalid JSON raises
-    ValueError, a missing file OSError."""
-    with open(path, "rb") as handle:
-        data = handle.read(cap + 1)
+def _finite(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number too large for a float (%s)" % text[:40])
+    return value
+
+
+def _constant(name):
+    raise ValueError("%s, which JSON does not allow" % name)
+
+
+def _depth_problem(value, max_depth):
+    pending = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > max_depth:
+            return "it is nested more than %d levels deep" % max_depth
+        for item in node.values() if type(node) is dict else node:
+            if type(item) is dict or type(item) is list:
+                pending.append((item, depth + 1))
+    return None
+
+
+def parse_json(text, source, *, max_depth=JSON_MAX_DEPTH, error=DataError, fix="write it as valid JSON."):
+    """One JSON document (``text``: str or UTF-8 bytes) under the policy for untrusted JSON: NaN,
+    Infinity and numbers beyond a float are refused, and so is nesting deeper than ``max_depth``.
+    Errors are ``error(cause, fix)`` with the cause naming ``source`` (a file name, or a file and
+    line for JSON Lines)."""
+    try:
+        value = json.loads(text, parse_float=_finite, parse_constant=_constant)
+    except RecursionError:
+        raise error("%s is not usable JSON: it is nested more than %d levels deep." % (source, max_depth),
+                    fix) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a refused number, too many digits
+        raise error("%s is not valid JSON (%s)." % (source, str(exc)[:200]), fix) from None
+    if isinstance(value, (dict, list)):
+        problem = _depth_problem(value, max_depth)
+        if problem:
+            raise error("%s is not usable JSON: %s." % (source, problem), fix)
+    return value
+
+
+def json_preview(value, limit=60):
+    """A short rendering of a JSON value for an error message."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_json(path, cap, *, error=DataError, fix="write it as valid JSON.", max_depth=JSON_MAX_DEPTH,
+              follow_symlinks=True):
+    """:func:`parse_json` of the regular file ``path`` of at most ``cap`` bytes: a larger file, a
+    FIFO, a device or a directory is refused before anything is parsed (opened without blocking,
+    checked on the open descriptor), and so is a symbolic link unless ``follow_symlinks``. Errors
+    name the file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise error("cannot read %s (%s)." % (path, exc.strerror or exc), fix) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise error("%s is not a regular file." % path, fix)
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            data = handle.read(cap + 1)
+        except OSError as exc:
+            raise error("cannot read %s (%s)." % (path, exc.strerror or exc), fix) from None
     if len(data) > cap:
-        raise TooLarge("%s is larger than %d bytes" % (os.path.basename(path), cap))
-    return json.loads(data.decode("utf-8"))
+        raise error("%s is larger than the %d bytes allowed." % (path, cap), fix)
+    return parse_json(data, path, max_depth=max_depth, error=error, fix=fix)
+
+
+def path_inside(root, path):
+    """``path`` (absolute, or relative to ``root``) as a real path, if it lies inside ``root``
+    after every ``..`` and symbolic link is resolved; None when it leaves ``root``."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(real_root, path))
+    return real if real == real_root or real.startswith(real_root + os.sep) else None

@@ -21,7 +21,7 @@ import posixpath
 from dataclasses import dataclass
 
 from detector_training.core import archive
-from detector_training.core.files import TooLarge, atomic_save, read_small_json, write_json
+from detector_training.core.files import atomic_save, json_preview, read_json, write_json
 from detector_training.errors import ModelError
 
 LOG = logging.getLogger("detector_training")
@@ -117,23 +117,21 @@ def read_export(directory):
 
 
 def read_classes(path):
-    """The class names in a ``classes.json``: a non-empty list of strings."""
+    """The class names in a ``classes.json``: a non-empty list of strings (an error names the
+    entry that is not one)."""
     classes = _read_json(path)
-    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+    if not isinstance(classes, list) or not classes:
         raise ModelError("%s is not a list of class names." % os.path.basename(path), FIX)
+    for index, name in enumerate(classes):
+        if not isinstance(name, str):
+            raise ModelError("%s: entry %d is %s; class names are strings." % (
+                os.path.basename(path), index, json_preview(name)), FIX)
     return classes
 
 
 def _read_json(path):
-    name = os.path.basename(path)
-    try:
-        return read_small_json(path, FILE_CAPS[name])
-    except TooLarge:
-        raise ModelError("%s is larger than %d bytes." % (name, FILE_CAPS[name]), FIX) from None
-    except ValueError as exc:
-        raise ModelError("%s is not valid JSON (%s)." % (name, exc), FIX) from None
-    except OSError as exc:
-        raise ModelError("cannot read %s (%s)." % (name, exc.strerror or exc), FIX) from None
+    """A model's JSON file through the one reader of untrusted JSON, capped by FILE_CAPS."""
+    return read_json(path, FILE_CAPS[os.path.basename(path)], error=ModelError, fix=FIX)
 
 
 def extract_model(path, parent, names):

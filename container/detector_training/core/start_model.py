@@ -46,6 +46,12 @@ def start_model_files(channel, scratch):
     archives = sorted(p for pattern in ARCHIVE_PATTERNS
                       for p in glob.glob(os.path.join(glob.escape(channel), pattern)))
     for path in archives:
+        if not os.path.isfile(path):
+            raise DataError("%s in the 'model' channel is %s, not a model tarball%s." % (
+                os.path.basename(path), "a directory" if os.path.isdir(path) else "not a regular file",
+                " (what an S3 prefix with keys under it becomes)" if os.path.isdir(path) else ""),
+                "point the 'model' channel at the model.tar.gz object itself (or at a prefix holding "
+                "only it).")
         found = _model_files_in(_extract(path, scratch), walk=True)
         if found:
             return found
@@ -81,7 +87,12 @@ def _extract(path, scratch):
         return extract_model(path, scratch, START_PARAMS + (CLASSES_FILE,))
     except archive.ArchiveError as exc:
         raise DataError("cannot use %s from the 'model' channel: %s." % (os.path.basename(path), exc.reason),
+                        exc.fix if isinstance(exc, archive.NoRoom) else
                         "put the model.tar.gz an earlier job wrote into the 'model' channel.") from None
+    except OSError as exc:
+        raise DataError("cannot extract %s from the 'model' channel (%s)." % (
+            os.path.basename(path), exc.strerror or exc),
+            "check that the file is readable and the disk under %s has room." % scratch) from None
 
 
 def load_start_model(net, params_path, saved_classes, ctx):

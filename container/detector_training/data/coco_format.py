@@ -16,10 +16,13 @@ import io
 import json
 import os
 
+from detector_training.core.files import json_preview, path_inside, read_json
 from detector_training.data.negatives import negative_label
 from detector_training.errors import DataError
 
 ANNOTATIONS = "annotations"
+ANNOTATIONS_CAP = 4 << 30  # COCO 2017's instances_train2017.json is 448 MB
+_FIX_EXPORT = "export the annotations again in COCO format."
 
 
 def split_folder(split):
@@ -44,21 +47,52 @@ def find_coco_root(channel, split):
                     "train2017/), or name the splits with train_splits/val_splits.")
 
 
+def named_annotation_file(channels_dir, split_kind, annotation_path, image_dir):
+    """A ``<split_kind>_annotation_file`` (train or val): (image root, split name, annotation
+    file), both paths checked to lie inside ``channels_dir``. The split is named after the file
+    (``labels/instances_val2017.json`` -> ``instances_val2017``); the image root is
+    ``<split_kind>_image_dir``, else the file's folder."""
+    file_key, dir_key = split_kind + "_annotation_file", split_kind + "_image_dir"
+    resolved = {}
+    for key, value in ((file_key, annotation_path), (dir_key, image_dir)):
+        if value:
+            resolved[key] = path_inside(channels_dir, value)
+            if resolved[key] is None:
+                raise DataError("%s=%s lies outside the job's channels (%s)." % (key, value, channels_dir),
+                                "name a path inside a channel, relative to %s (e.g. "
+                                "coco/labels/train.json)." % channels_dir)
+    path = resolved[file_key]
+    if not os.path.isfile(path):
+        raise DataError("%s=%s: no such file in the job's channels (%s)." % (file_key, annotation_path,
+                                                                            channels_dir),
+                        "give the path of the COCO-format JSON relative to %s, starting with its "
+                        "channel's name." % channels_dir)
+    images = resolved.get(dir_key, os.path.dirname(path))
+    return images, os.path.splitext(os.path.basename(path))[0], path
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _id(value):
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+def _shape_error(path, field, value, expected):
+    return DataError("%s: %s is %s; it must be %s." % (path, field, json_preview(value), expected), _FIX_EXPORT)
+
+
 def read_document(path):
-    """The JSON of a COCO-format annotation file, checked for what training needs."""
-    try:
-        with open(path) as handle:
-            document = json.load(handle)
-    except ValueError as exc:
-        raise DataError("%s is not valid JSON (%s)." % (path, exc),
-                        "export the annotations again in COCO format.") from None
+    """The JSON of a COCO-format annotation file (through the one reader of untrusted JSON),
+    checked for what training needs: errors name the file and the field."""
+    document = read_json(path, ANNOTATIONS_CAP, fix=_FIX_EXPORT)
     if not isinstance(document, dict):
-        raise DataError("%s is not a COCO annotation file (not a JSON object)." % path,
-                        "export the annotations again in COCO format.")
+        raise DataError("%s is not a COCO annotation file (not a JSON object)." % path, _FIX_EXPORT)
     for key in ("images", "annotations", "categories"):
         if not isinstance(document.get(key), list):
             raise DataError("%s has no '%s' list; COCO format needs images, annotations and "
-                            "categories." % (path, key), "export the annotations again in COCO format.")
+                            "categories." % (path, key), _FIX_EXPORT)
     for key, required in (("images", ("id", "width", "height")),
                           ("annotations", ("image_id", "category_id", "bbox")),
                           ("categories", ("id", "name"))):
@@ -66,13 +100,45 @@ def read_document(path):
             missing = [k for k in required if not isinstance(entry, dict) or k not in entry]
             if missing:
                 raise DataError("%s: an entry of '%s' lacks %s: %s" % (path, key, ", ".join(missing),
-                                                                       json.dumps(entry)[:200]),
-                                "export the annotations again in COCO format.")
+                                                                       json.dumps(entry)[:200]), _FIX_EXPORT)
+    _check_fields(document, path)
     for entry in document["images"]:
         if not entry.get("file_name") and not entry.get("coco_url"):
             raise DataError("%s: image %s has neither file_name nor coco_url." % (path, entry["id"]),
                             "give every image entry its file_name.")
     return document
+
+
+def _check_fields(document, path):
+    """The types training and evaluation rely on, each refused with the field that breaks it."""
+    for section in ("images", "categories"):  # ids are sorted: numbers and strings do not mix
+        id_types = set()
+        for index, entry in enumerate(document[section]):
+            id_types.add(type(entry["id"]))
+            if not _id(entry["id"]) or len(id_types) > 1:
+                raise _shape_error(path, "%s[%d].id" % (section, index), entry["id"],
+                                   "a number or a string, of the same type as the other %s ids"
+                                   % section.rstrip("s"))
+    for index, entry in enumerate(document["images"]):
+        for key in ("width", "height"):
+            if not _number(entry[key]) or entry[key] <= 0:
+                raise _shape_error(path, "images[%d].%s" % (index, key), entry[key], "a positive number of pixels")
+        for key in ("file_name", "coco_url"):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
+                raise _shape_error(path, "images[%d].%s" % (index, key), entry[key], "a string")
+    for index, entry in enumerate(document["categories"]):
+        if not isinstance(entry["name"], str):
+            raise _shape_error(path, "categories[%d].name" % index, entry["name"], "a string")
+    for index, entry in enumerate(document["annotations"]):
+        bbox = entry["bbox"]
+        if not isinstance(bbox, list) or len(bbox) != 4 or not all(_number(v) for v in bbox):
+            raise _shape_error(path, "annotations[%d].bbox" % index, bbox, "four numbers [x, y, width, height]")
+        if not _id(entry["category_id"]) or not _id(entry["image_id"]):
+            key = "category_id" if not _id(entry["category_id"]) else "image_id"
+            raise _shape_error(path, "annotations[%d].%s" % (index, key), entry[key], "a number or a string")
+        for key in ("area", "iscrowd"):
+            if key in entry and not _number(entry[key]):
+                raise _shape_error(path, "annotations[%d].%s" % (index, key), entry[key], "a number")
 
 
 def category_names(document, path):
@@ -153,7 +219,7 @@ def load_splits(reader, read_objects):
     out. Returns (image paths, objects, width/height ratios, (image id, width, height) per image)."""
     items, objects, ratios, images = [], [], [], []
     for split in reader._splits:  # pylint: disable=protected-access
-        path = annotation_file(reader._root, split)  # pylint: disable=protected-access
+        path = reader.annotation_files.get(split) or annotation_file(reader._root, split)  # pylint: disable=protected-access
         document = read_document(path)
         if not reader._classes:  # pylint: disable=protected-access
             reader._classes = choose_classes(category_names(document, path), reader._requested, path)  # pylint: disable=protected-access
@@ -190,13 +256,15 @@ def coco_dataset_class():
 
     class CocoFormatDetection(COCODetection):
         """GluonCV's COCO reader for any COCO-format file. ``classes``: the categories to read
-        (all of the first split's when empty; names matched without regard to case)."""
+        (all of the first split's when empty; names matched without regard to case);
+        ``annotation_files``: a split's JSON where it is not ``<root>/annotations/<split>.json``."""
 
         CLASSES = ()
 
-        def __init__(self, root, splits, classes=(), **kwargs):
+        def __init__(self, root, splits, classes=(), annotation_files=None, **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
+            self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
             super().__init__(root=root, splits=splits, **kwargs)
 
         @property
@@ -224,9 +292,10 @@ def coco_instance_class():
 
         CLASSES = ()
 
-        def __init__(self, root, splits, classes=(), **kwargs):
+        def __init__(self, root, splits, classes=(), annotation_files=None, **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
+            self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
             self.images = []
             super().__init__(root=root, splits=splits, **kwargs)
 

@@ -1,23 +1,30 @@
 """Once per host: local rank 0 prepares a directory under an exclusive lock and writes a completion
 marker; the other ranks on the host poll for that marker (no collectives), and fail with its
 reason when the fetcher failed in this launch.
+
+The directory, the lock file and the marker are names in a working directory that may hold
+anything: a symbolic link or another kind of file in their place is replaced (a directory where
+the lock file belongs is refused), never written or read through.
 """
 
+import errno
 import fcntl
-import json
 import logging
 import os
+import shutil
 import socket
+import stat
 import time
 
 from detector_training import settings
-from detector_training.core.files import write_json
+from detector_training.core.files import read_json, write_json
 from detector_training.errors import FAILURE_LIMIT, DataError, JobError, shorten
 
 LOG = logging.getLogger("detector_training")
 
 MARKER_NAME = ".detector-data.json"
 MARKER_FORMAT = 2
+MARKER_CAP = 1 << 20
 
 
 def marker_state(marker, key, launch):
@@ -50,23 +57,70 @@ def launch_token(environ=None):
 
 
 def read_marker(root):
+    """The marker under ``root``, or None when there is none to trust (missing, a symbolic link,
+    not a regular file, not JSON): the directory is then prepared again."""
     try:
-        with open(os.path.join(root, MARKER_NAME)) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
+        return read_json(os.path.join(root, MARKER_NAME), MARKER_CAP, follow_symlinks=False)
+    except DataError:
         return None
+
+
+def _kind(mode):
+    return "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else \
+        "a file" if stat.S_ISREG(mode) else "a special file"
+
+
+def real_directory(path):
+    """Make ``path`` a directory of its own: whatever else is there (a symbolic link, a file) is
+    removed first, never followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISDIR(mode):
+        LOG.warning("data: %s was %s, not a directory; replacing it", path, _kind(mode))
+        os.unlink(path)
+    os.makedirs(path, exist_ok=True)
+
+
+def _open_lock_file(path):
+    """The lock file, opened without following a link: a symbolic link or a special file in its
+    place is replaced by a new file, a directory is refused."""
+    while True:
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and stat.S_ISDIR(mode):
+            raise DataError("%s, where the data lock file belongs, is a directory." % path,
+                            "remove that directory from the working directory.")
+        if mode is not None and not stat.S_ISREG(mode):
+            LOG.warning("data: %s was %s, not a lock file; replacing it", path, _kind(mode))
+            os.unlink(path)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # replaced meanwhile: look again
+                continue
+            raise
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return os.fdopen(fd, "rb+")
+        os.close(fd)
 
 
 def write_marker(root, **fields):
     payload = dict(fields, format=MARKER_FORMAT, time=time.time(), host=socket.gethostname())
-    write_json(os.path.join(root, MARKER_NAME), payload)
+    path = os.path.join(root, MARKER_NAME)
+    if os.path.isdir(path) and not os.path.islink(path):  # a rename puts a file over anything else
+        shutil.rmtree(path)
+    write_json(path, payload)
 
 
 def write_failure_marker(root, key, launch, exc):
     cause = exc.cause if isinstance(exc, JobError) else "%s: %s" % (type(exc).__name__, exc)
     fix = exc.fix if isinstance(exc, JobError) else "see the job log of local rank 0 on this host."
     try:
-        os.makedirs(root, exist_ok=True)
+        real_directory(root)
         write_marker(root, status="failed", key=key, launch=launch, cause=cause, fix=fix)
     except OSError as err:  # the waiting ranks then time out; say why here
         LOG.error("data: could not write the failure marker under %s: %s", root, err)
@@ -80,7 +134,7 @@ class HostLock:
         self._handle = None
 
     def __enter__(self):
-        self._handle = open(self._path, "a")
+        self._handle = _open_lock_file(self._path)
         fcntl.flock(self._handle.fileno(), fcntl.LOCK_EX)
         return self
 

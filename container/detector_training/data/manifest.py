@@ -19,10 +19,10 @@ and COCO readers (:class:`ManifestDetection` gives ``(image, label)`` with label
 ``[x1, y1, x2, y2, class]``), so every box family trains and validates on them unchanged.
 """
 
-import json
 import os
 from dataclasses import dataclass
 
+from detector_training.core.files import json_preview, parse_json
 from detector_training.data.coco_format import choose_classes
 from detector_training.data.negatives import negative_label
 from detector_training.errors import DataError
@@ -63,19 +63,13 @@ class ManifestEntry:
 
 # ------------------------------------------------------------------------------------ JSON lines
 
-def _refuse_constant(name):
-    raise ValueError("%s is not a JSON number" % name)
-
-
 def parse_json_line(text, where):
-    """One line's JSON value: standard JSON only (no NaN/Infinity), at most MAX_LINE_BYTES."""
+    """One line's JSON value, at most MAX_LINE_BYTES, through the package's one reader of
+    untrusted JSON (core/files.py: no NaN or Infinity, nesting capped)."""
     if len(text) > MAX_LINE_BYTES:
         raise DataError("%s is longer than %d bytes; a manifest line holds one image's labels."
                         % (where, MAX_LINE_BYTES), FIX_LINE)
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
-        raise DataError("%s is not JSON (%s)." % (where, str(exc)[:200]), FIX_LINE) from None
+    return parse_json(text, where, fix=FIX_LINE)
 
 
 def read_lines(path, label=None):
@@ -147,7 +141,7 @@ def label_attribute(record, where, named=""):
 
 def _number(value, where, what):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DataError("%s: %s is %s, not a number." % (where, what, json.dumps(value)[:60]), FIX_LINE)
+        raise DataError("%s: %s is %s, not a number." % (where, what, json_preview(value)), FIX_LINE)
     return value
 
 
@@ -182,7 +176,7 @@ def check_label(label, where):
         class_id = box["class_id"]
         if isinstance(class_id, bool) or not isinstance(class_id, int) or class_id < 0:
             raise DataError("%s: %s has class_id %s, not an integer >= 0."
-                            % (where, what, json.dumps(class_id)[:60]), FIX_LINE)
+                            % (where, what, json_preview(class_id)), FIX_LINE)
         left, top, w, h = (_number(box[k], where, "%s %s" % (what, k))
                            for k in ("left", "top", "width", "height"))
         if w <= 0 or h <= 0:
@@ -203,7 +197,7 @@ def check_class_map(metadata, where):
         raise DataError("%s: the label's metadata is not a JSON object." % where, FIX_LINE)
     if "type" in metadata and not is_object_detection_type(metadata["type"]):
         raise DataError("%s: the label's metadata has the unknown type %s (expected "
-                        "groundtruth/object-detection)." % (where, json.dumps(metadata["type"])[:80]),
+                        "groundtruth/object-detection)." % (where, json_preview(metadata["type"])),
                         "give a bounding-box labelling job's manifest.")
     raw = metadata.get("class-map", {})
     if not isinstance(raw, dict):
@@ -212,7 +206,7 @@ def check_class_map(metadata, where):
     for key, name in raw.items():
         if not (isinstance(key, str) and key.isdigit() and isinstance(name, str) and name.strip()):
             raise DataError("%s: class-map entry %s: %s is not an id with a name."
-                            % (where, json.dumps(key), json.dumps(name)[:60]), FIX_LINE)
+                            % (where, json_preview(key), json_preview(name)), FIX_LINE)
         class_map[int(key)] = name.strip()
     return class_map
 

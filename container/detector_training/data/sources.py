@@ -10,9 +10,14 @@ caller can verify the whole archive before a single member is extracted:
   keeps at most ``max_in_memory_download_chunks`` parts in memory);
 * an HTTP(S) mirror through a small resumable downloader: a dropped transfer resumes with ``Range``
   (``If-Range`` on the first response's validator, so a changed file starts over), retries with
-  backoff, and an overall deadline per source enforced by closing the socket (a source that drips
-  bytes fails over instead of stalling the job). Plain ``http://`` is only used for an archive
+  backoff; redirects are followed to http(s) only. Plain ``http://`` is only used for an archive
   whose checksum is known.
+
+Both network sources have an overall deadline per source, enforced by shutting down the sockets the
+transfer reads from (s3transfer's as well as ours), so that a source that drips bytes fails over
+on time instead of stalling the job or leaving a worker blocked behind it. Disk is reserved through
+the caller's ``reserve(size, arrived=0)`` before bytes are written: at once when the size is known,
+step by step as bytes arrive when a server sends no length.
 """
 
 import hashlib
@@ -25,6 +30,7 @@ import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -55,6 +61,7 @@ class FetchOptions:
     poll_s: float = 1.0
     progress_s: float = 30.0  # seconds between progress log lines
     disk_margin_bytes: int = 64 * MIB
+    reserve_step: int = 64 * MIB  # a source that sends no length reserves disk in steps of this
 
     @classmethod
     def from_environ(cls, environ=None):
@@ -229,6 +236,56 @@ def stage_channel_file(path):
     return Staged(handle, path, size, digest.hexdigest(), owned=False)
 
 
+# ------------------------------------------------------------------------------------------- deadline
+
+class _Deadline:
+    """Shuts down every socket watched under it when the time is up, whatever a read (ours or an
+    s3transfer worker's) is waiting for."""
+
+    def __init__(self, seconds):
+        self.started = time.monotonic()
+        self.expired = False
+        self._shutdowns = []
+        self._lock = threading.Lock()
+        self._timer = None
+        self.set(seconds)
+
+    def set(self, seconds):
+        """Counted from the start: the deadline becomes ``seconds`` after it."""
+        self.cancel()
+        self.seconds = seconds
+        self._timer = threading.Timer(max(self.started + seconds - time.monotonic(), 0.0), self.expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, shutdown):
+        """``shutdown()`` ends a blocked read on one connection (run at once if the time is up)."""
+        with self._lock:
+            self._shutdowns.append(shutdown)
+            if not self.expired:
+                return
+        self._run(shutdown)
+
+    def expire(self):
+        """The time is up (now, or because the transfer failed): shut every watched socket."""
+        with self._lock:
+            self.expired = True
+            shutdowns = list(self._shutdowns)
+        for shutdown in shutdowns:
+            self._run(shutdown)
+
+    @staticmethod
+    def _run(shutdown):
+        try:
+            shutdown()
+        except (OSError, ValueError, RuntimeError):  # already closed, or given back to its pool
+            pass
+
+    def cancel(self):
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 # -------------------------------------------------------------------------------------------------- S3
 
 def s3_client(opts):
@@ -258,6 +315,8 @@ def _s3_reason(exc):
         return "no AWS credentials"
     if isinstance(exc, EndpointConnectionError):
         return "cannot connect to the S3 endpoint"
+    if getattr(exc, "last_exception", None) is not None:  # s3transfer's RetriesExceededError
+        return "%s (after every try)" % _s3_reason(exc.last_exception)
     return "%s: %s" % (type(exc).__name__, exc)
 
 
@@ -265,6 +324,7 @@ def stage_s3(client, uri, staging_dir, name, opts, reserve):
     """Download s3://bucket/key with s3transfer (parallel ranged GETs) into a hashing staging file."""
     from boto3.s3.transfer import TransferConfig, create_transfer_manager
     from botocore.exceptions import BotoCoreError, ClientError
+    from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
     from s3transfer.subscribers import BaseSubscriber
 
     bucket, key = parse_s3_uri(uri)
@@ -286,85 +346,63 @@ def stage_s3(client, uri, staging_dir, name, opts, reserve):
     config.max_in_memory_download_chunks = max(2 * opts.s3_workers, 4)
     staged = _staging_file(staging_dir, name)
     writer = _HashingFile(staged.fileobj, uri, size, opts.progress_s)
-    deadline = time.monotonic() + opts.deadline_for(size)
+    deadline = _Deadline(opts.deadline_for(size))
+
+    def watch_body(http_response, **_kwargs):  # the connection this object's body streams through
+        path = urllib.parse.unquote(urllib.parse.urlsplit(http_response.url).path)
+        if path.endswith("/" + key):
+            deadline.watch(http_response.raw.shutdown)  # urllib3's way to end a blocked read
+
+    event, handler_id = "after-call.s3.GetObject", "detector-deadline-%d" % id(deadline)
+    client.meta.events.register(event, watch_body, unique_id=handler_id)
     manager = create_transfer_manager(client, config)
     try:
         future = manager.download(bucket, key, writer, subscribers=[_Known()])
-        while not future.done():
-            if time.monotonic() > deadline:
-                future.cancel()
-                raise SourceFailed("no complete transfer within %.0f s (%.1f of %.1f MB arrived)"
-                                   % (opts.deadline_for(size), writer.size / MIB, size / MIB))
+        while not future.done() and not deadline.expired:
             time.sleep(0.05)
+        if deadline.expired:  # whatever the workers made of their shut sockets, the time is up
+            future.cancel()
+            raise SourceFailed("no complete transfer within %.0f s (%.1f of %.1f MB arrived)"
+                               % (deadline.seconds, writer.size / MIB, size / MIB))
         future.result()
         if writer.size != size:
             raise SourceFailed("truncated: %d of %d bytes" % (writer.size, size))
     except BaseException as exc:
+        deadline.expire()  # a worker blocked in a read returns now, so the shutdown does not wait on it
         manager.shutdown(cancel=True)
         writer.close()
         staged.close()
-        if isinstance(exc, (BotoCoreError, ClientError)):
+        if isinstance(exc, (BotoCoreError, ClientError, RetriesExceededError, S3DownloadFailedError)):
             raise SourceFailed(_s3_reason(exc)) from None
         raise
+    finally:
+        deadline.cancel()
+        client.meta.events.unregister(event, unique_id=handler_id)
     manager.shutdown()
     return _finish(staged, writer)
 
 
 # ------------------------------------------------------------------------------------------------ HTTP
 
-class _Deadline:
-    """Closes every socket opened under it when the time is up, whatever a read is waiting for."""
+class _HttpRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, to http(s) only (urllib itself would follow one to ftp://)."""
 
-    def __init__(self, seconds):
-        self.started = time.monotonic()
-        self.expired = False
-        self._sockets = []
-        self._lock = threading.Lock()
-        self._timer = None
-        self.set(seconds)
-
-    def set(self, seconds):
-        """Counted from the start: the deadline becomes ``seconds`` after it."""
-        self.cancel()
-        self.seconds = seconds
-        self._timer = threading.Timer(max(self.started + seconds - time.monotonic(), 0.0), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def watch(self, sock):
-        with self._lock:
-            self._sockets.append(sock)
-            if not self.expired:
-                return
-        self._close(sock)
-
-    def _fire(self):
-        with self._lock:
-            self.expired = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            self._close(sock)
-
-    @staticmethod
-    def _close(sock):
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def cancel(self):
-        if self._timer is not None:
-            self._timer.cancel()
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
+            raise SourceFailed("redirected to %s; only http(s) redirects are followed" % newurl[:200])
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def _opener(deadline):
-    """urllib with its redirects and proxies, every connection watched by ``deadline``."""
+    """urllib with its proxies and http(s) redirects, every connection watched by ``deadline``;
+    no handler for any other scheme, so nothing but http(s) can be opened."""
 
     def watched(base):
         class Connection(base):
             def connect(self):
                 super().connect()
-                deadline.watch(self.sock)
+                sock = self.sock
+                deadline.watch(lambda: sock.shutdown(socket.SHUT_RDWR))
 
         return Connection
 
@@ -376,7 +414,12 @@ def _opener(deadline):
         def https_open(self, req):
             return self.do_open(watched(http.client.HTTPSConnection), req, context=self._context)
 
-    return urllib.request.build_opener(Http, Https)
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), Http(), Https(),
+                    urllib.request.HTTPDefaultErrorHandler(), _HttpRedirects(),
+                    urllib.request.HTTPErrorProcessor()):
+        opener.add_handler(handler)
+    return opener
 
 
 def _http_reason(exc):
@@ -412,7 +455,7 @@ def stage_http(url, staging_dir, name, opts, reserve, verified=True):
     writer = _HashingFile(staged.fileobj, url, None, opts.progress_s)
     deadline = _Deadline(opts.deadline_for(None))  # re-armed once the size is known
     opener = _opener(deadline)
-    size, validator, failures, reserved = None, None, 0, False
+    size, validator, failures, reserved = None, None, 0, None  # reserved: bytes of disk reserved
     try:
         while True:
             headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
@@ -437,15 +480,18 @@ def stage_http(url, staging_dir, name, opts, reserve, verified=True):
                         length = resp.headers.get("Content-Length")
                         size = int(length) if length and length.isdigit() else None
                         validator = resp.headers.get("ETag") or resp.headers.get("Last-Modified")
-                    if not reserved:
-                        reserve(size)
-                        reserved = True
+                    if reserved is None:
+                        reserved = size if size is not None else opts.reserve_step
+                        reserve(reserved)
                         deadline.set(opts.deadline_for(size))
                         writer.total = size
                     while True:
                         data = resp.read1(_READ)
                         if not data:
                             break
+                        if writer.size + len(data) > reserved:  # no length, or more than it said
+                            reserved = writer.size + len(data) + opts.reserve_step
+                            reserve(reserved, writer.size)
                         writer.write(data)
                 if deadline.expired:  # the watchdog closed the socket: what arrived is not the end
                     raise SourceFailed("no complete transfer within %.0f s (%.1f MB arrived)"

@@ -174,10 +174,12 @@ class _DiskBudget:
         self._lock = threading.Lock()
         self._reserved = {}
 
-    def reserve(self, name, need, what):
+    def reserve(self, name, need, what, on_disk=0):
+        """Reserve ``need`` bytes for ``name`` (replacing its earlier reservation), of which
+        ``on_disk`` are already written (and so no longer free); DataError when they do not fit."""
         need = int(need) + self._margin
         with self._lock:
-            free = shutil.disk_usage(self._path).free
+            free = shutil.disk_usage(self._path).free + on_disk
             others = sum(v for k, v in self._reserved.items() if k != name)
             if free - others < need:
                 raise DataError(
@@ -252,9 +254,10 @@ class _Fetch:
 
     def stage(self, source, spec):
         """The whole tar from ``source`` on local disk, hashed (SourceFailed if it cannot)."""
-        def reserve(size):  # the staged tar, and (about) as much again extracted
-            if size is not None:
-                self.disk.reserve(spec.name, 2 * size, "download and extract")
+        def reserve(size, arrived=0):  # the staged tar, and (about) as much again extracted
+            what = "download and extract" if not arrived else \
+                "go on downloading (no length announced; %s arrived) and extract" % human_bytes(arrived)
+            self.disk.reserve(spec.name, 2 * size, what, on_disk=arrived)
 
         if source.kind == "channel":
             return sources.stage_channel_file(os.path.join(source.location, spec.name))
@@ -436,7 +439,7 @@ def acquire_voc(config, env, world, work_dir, options=None):
         return root
     try:
         with host_once.HostLock(os.path.join(os.path.abspath(work_dir), "." + DATA_DIR_NAME + ".lock")):
-            os.makedirs(root, exist_ok=True)
+            host_once.real_directory(root)
             _fetch_all(specs, planned, root, key, expected, opts, launch)
     except BaseException as exc:
         host_once.write_failure_marker(root, key, launch, exc)

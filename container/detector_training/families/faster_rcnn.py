@@ -10,6 +10,7 @@ Small images get RPN proposal counts capped at the anchors they have (``fit_to_d
 import logging
 
 from detector_training.core.evaluation import detect_boxes, score_boxes
+from detector_training.core.proposal_recall import recall, recalled_per_image
 from detector_training.core.networks import build_zoo_network
 from detector_training.data.datasets import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
@@ -38,6 +39,7 @@ class FasterRCNN(DetectorFamily):
     options = ("mixup", "final_fit")
     loss_names = LOSS_NAMES
     metric_names = METRIC_NAMES
+    score_names = ("mAP", "AP50", "rpn_recall")
     # `make run`: the small network from scratch on small generated images, a few minutes on 2
     # cores. The learning rate, schedule, validation interval and epochs are the CPU-time
     # trade-off measured for it (benchmarks/README.md).
@@ -120,10 +122,14 @@ class FasterRCNN(DetectorFamily):
         return FasterRCNNStep(net, config, ctx, amp_trainer=amp_trainer)
 
     def detect(self, net, loader, indices, ctx, datasets):
-        return detect_boxes(net, loader, indices, ctx)
+        """Each image's detections, with its RPN recall counts (core/proposal_recall.py)."""
+        detections = detect_boxes(net, loader, indices, ctx)
+        return list(zip(detections, recalled_per_image(net, val_ground_truth(loader), ctx)))
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        return score_boxes(config, datasets, gathered, scratch_dir)
+        result = score_boxes(config, datasets, [[d for d, _ in rank] for rank in gathered], scratch_dir)
+        result["rpn_recall"] = recall([counts for rank in gathered for _, counts in rank])
+        return result
 
     def export(self, config, classes, params_path, prefix, fitted):
         """A symbol/params pair for deployment, from a fresh network in inference mode, with the
@@ -144,6 +150,18 @@ def clear_label(outputs):
     which the transform moved (a flip makes it a box of no size), is a placeholder again, so the
     R-CNN sampler never takes it for an object; the RPN's targets already say 'background'."""
     outputs[1][:] = -1
+
+
+def val_ground_truth(loader):
+    """(image, ground-truth corners in its pixels, 1.0) of each validation image, in loader
+    order; padding rows and VOC's difficult objects (which no metric counts) left out."""
+    for batch in loader:
+        for x, y, _scale in zip(*batch):
+            label = y.asnumpy()[0]
+            keep = label[:, 4] >= 0
+            if label.shape[-1] > 5:
+                keep &= label[:, 5] < 1
+            yield x, label[keep, :4], 1.0
 
 
 def faster_rcnn_resnet18_v1b_voc(pretrained_base=True, per_device_batch_size=1, **kwargs):

@@ -14,6 +14,7 @@ import io
 import numpy as np
 
 from detector_training.core.evaluation import ap_fraction, image_masks
+from detector_training.core.proposal_recall import recall, recalled_per_image
 from detector_training.core.report import BOX_AP_COLUMNS
 from detector_training.data.datasets import build_datasets
 from detector_training.families.faster_rcnn import (LOSS_NAMES, METRIC_NAMES, FasterRCNN,
@@ -50,7 +51,7 @@ class MaskRCNN(FasterRCNN):
     options = ()
     loss_names = MASK_LOSS_NAMES
     metric_names = MASK_METRIC_NAMES
-    score_names = ("mAP", "AP50", "mask_mAP", "mask_AP50")
+    score_names = ("mAP", "AP50", "mask_mAP", "mask_AP50", "rpn_recall")
     objective = "mask_mAP"
     report_columns = BOX_AP_COLUMNS + (("mask AP", "mask_per_class", "mask_mAP"),)
     # `make run` with a mask_rcnn_* network: GluonCV's ResNet-18 FPN network from scratch on a
@@ -107,10 +108,26 @@ class MaskRCNN(FasterRCNN):
         return MaskRCNNStep(net, config, ctx, amp_trainer=amp_trainer)
 
     def detect(self, net, loader, indices, ctx, datasets):
-        return detect_instances(net, loader, indices, ctx, datasets.val.base)
+        """Each image's instances, with its RPN recall counts (core/proposal_recall.py)."""
+        instances = detect_instances(net, loader, indices, ctx, datasets.val.base)
+        return list(zip(instances, recalled_per_image(
+            net, val_ground_truth(loader, indices, datasets.val.base), ctx)))
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        return score_instances(datasets, gathered)
+        result = score_instances(datasets, [[i for i, _ in rank] for rank in gathered])
+        result["rpn_recall"] = recall([counts for rank in gathered for _, counts in rank])
+        return result
+
+
+def val_ground_truth(loader, indices, reader):
+    """(image, ground-truth corners in the original image's pixels, the image's resize factor)
+    of each validation image, in loader order (the val transform gives no labels: the reader's)."""
+    index_iter = iter(indices)
+    for batch in loader:
+        for x, im_info in zip(*batch):
+            label = reader._labels[next(index_iter)]  # pylint: disable=protected-access
+            boxes = np.zeros((0, 4)) if label is None else np.asarray(label)[:, :4]
+            yield x, boxes, float(im_info.reshape((-1,))[2].asscalar())
 
 
 class MaskRCNNStep(FasterRCNNStep):

@@ -99,6 +99,19 @@ class TrainConfig:
                                                  "Training splits, e.g. 2007_trainval,2012_trainval.")
     val_splits: Optional[Tuple[str, ...]] = hp(None, optional(parse_str_list),
                                                "Validation splits, e.g. 2007_test.")
+    train_annotation_file: str = hp("", parse_str,
+                                    "coco: the training split's COCO-format JSON at any path "
+                                    "inside the job's channels (relative to /opt/ml/input/data, "
+                                    "e.g. coco/labels/train.json) instead of "
+                                    "annotations/<train_splits>.json; with val_annotation_file.")
+    train_image_dir: str = hp("", parse_str,
+                              "coco: the folder (inside the channels) its images' file_name is "
+                              "relative to. Default: the annotation file's folder.")
+    val_annotation_file: str = hp("", parse_str,
+                                  "coco: the validation split's COCO-format JSON inside the "
+                                  "channels, as train_annotation_file.")
+    val_image_dir: str = hp("", parse_str,
+                            "coco: the folder of the validation images, as train_image_dir.")
     val_fraction: float = hp(0.0, check(parse_float, lambda v: 0 <= v <= 0.5, "a number in [0, 0.5]"),
                              "voc/custom/manifest: carve this share of the training images "
                              "(seeded by seed) as the validation split instead of val_splits "
@@ -114,7 +127,11 @@ class TrainConfig:
                                  "Longer side cap. Default: the network's (1000 for VOC).")
     batch_size: Optional[int] = hp(None, optional(_pos_int),
                                    "GLOBAL mini-batch size, split evenly over all ranks. "
-                                   "Default: one image per rank.")
+                                   "Default: batch_size_per_device images per rank.")
+    batch_size_per_device: Optional[int] = hp(None, optional(_pos_int),
+                                              "Images per rank (one rank per GPU) when batch_size "
+                                              "is not set: the global batch is this times the "
+                                              "ranks. Default: 1.")
     epochs: Optional[int] = hp(None, optional(_pos_int), "Training epochs.")
     lr: Optional[float] = hp(None, optional(check(parse_float, lambda v: 0 < v <= 10, "a number in (0, 10]")),
                              "Learning rate at the global batch lr_base_batch_size; scaled "
@@ -214,7 +231,9 @@ class TrainConfig:
         return global_batch // world_size
 
     def global_batch(self, world_size):
-        return self.batch_size if self.batch_size is not None else world_size
+        if self.batch_size is not None:
+            return self.batch_size
+        return (self.batch_size_per_device or 1) * world_size
 
     def effective_lr(self, world_size):
         """Linear scaling rule: lr is given for lr_base_batch_size images; scale to the actual
@@ -284,6 +303,14 @@ def from_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     ``extra_keys`` are keys another layer owns (launch settings); they are accepted and ignored
     here. All problems are reported together, each naming the key, the value and what was expected.
     """
+    config = TrainConfig(**parse_hyperparameters(hyperparameters, extra_keys))
+    validate(config)
+    return config
+
+
+def parse_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
+    """Each hyperparameter parsed on its own ({name: typed value}); a ConfigError naming every
+    unknown name and every value that does not parse. Rules across fields are ``validate``'s."""
     ours, _ = split_reserved(hyperparameters)
     values, problems = {}, []
     for key, raw in sorted(ours.items()):
@@ -313,9 +340,7 @@ def from_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     if problems:
         raise ConfigError("invalid hyperparameters: " + "; ".join(problems) + ".",
                           "correct the hyperparameters named above (see the README's table).")
-    config = TrainConfig(**values)
-    validate(config)
-    return config
+    return values
 
 
 def validate(config):
@@ -336,6 +361,19 @@ def validate(config):
     if config.dataset == "coco" and len(config.val_splits or ()) > 1:
         problems.append("val_splits=%s: COCO validation reads one annotation file; name one split"
                         % ",".join(config.val_splits))
+    if config.batch_size is not None and config.batch_size_per_device is not None:
+        problems.append("batch_size=%d (global) and batch_size_per_device=%d both set; set one"
+                        % (config.batch_size, config.batch_size_per_device))
+    if config.train_annotation_file or config.val_annotation_file:
+        if config.dataset != "coco":
+            problems.append("train_annotation_file/val_annotation_file name COCO-format files: "
+                            "set dataset=coco")
+        if not (config.train_annotation_file and config.val_annotation_file):
+            problems.append("train_annotation_file and val_annotation_file go together; name both")
+    for images, annotations in (("train_image_dir", "train_annotation_file"),
+                                ("val_image_dir", "val_annotation_file")):
+        if getattr(config, images) and not getattr(config, annotations):
+            problems.append("%s is used with %s only; name that file too" % (images, annotations))
     if len(set(config.classes)) != len(config.classes):
         problems.append("classes contains duplicates: %s" % ",".join(config.classes))
     if config.dataset == "coco" and config.val_fraction > 0:

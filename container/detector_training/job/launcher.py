@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from detector_training import settings
 from detector_training.errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
-from detector_training.job.config import from_hyperparameters
+from detector_training.job.config_file import load_config
 from detector_training.job.failure import report_failure, write_failure
 from detector_training.job.guards import check_gpus_visible, gpu_count, raise_open_file_limit
 from detector_training.job.logs import setup_logging
@@ -213,8 +213,7 @@ def main(job_main, rank_program):
     failure_path = JobPaths(base_dir()).failure_file
     try:
         env = Environment.read(base_dir())
-        # Every error, before anything starts.
-        config = from_hyperparameters(env.training_hyperparameters())
+        config = load_config(env)  # every error (config file too), before anything starts
         gpus = gpu_count()
         check_gpus_visible(env.resource_config.get("current_instance_type"), gpus)
         plan = make_plan(env, gpus)

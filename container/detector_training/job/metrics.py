@@ -6,24 +6,25 @@ not anchored. Training metrics come from the per-epoch summary line (one point p
 over all ranks); ``validation:mAP`` is the tuning objective: VOC07 mAP at IoU 0.5 for voc and
 custom, COCO's AP at IoU 0.50:0.95 for coco, always a fraction. ``validation:AP50`` is the AP at
 IoU 0.5 (for VOC the same number as the mAP). Mask R-CNN jobs add ``validation:mask_mAP`` and
-``validation:mask_AP50`` (COCO's mask AP); their ``validation:mAP`` is the box AP. The names
-come from the family registry (each family's ``log_names`` and ``score_names``), which imports
-without mxnet, so the launcher side can import this module. The list holds every family's
-definitions; ``definitions_for(family)`` those a family's job writes lines for.
+``validation:mask_AP50`` (COCO's mask AP); their ``validation:mAP`` is the box AP. Both R-CNN
+families add ``validation:rpn_recall`` (core/proposal_recall.py). The names come from the family
+registry (each family's ``log_names`` and ``score_names``), which imports without mxnet, so the
+launcher side can import this module. The list holds every family's definitions;
+``definitions_for(family)`` those a family's job writes lines for.
 """
 
 from detector_training import families
 
 _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
-_COMMON = ("train:speed", "train:data_wait_pct", "train:lr")
+# This rank's step time split (seconds per step): waiting for data, forward/backward, the update.
+STEP_TIMES = ("step_data", "step_forward_backward", "step_update")
+_COMMON = ("train:speed", "train:data_wait_pct", "train:lr") + tuple("train:%s_s" % n for n in STEP_TIMES)
 
 
 def metric_definitions():
     """Every registered family's definitions (read from the registry when called)."""
     registered = families.all_families()
     train = tuple(dict.fromkeys(n for family in registered for n in family.log_names))
-    # Each score's regex names the scores logged before it: the validation line lists them in
-    # the order of the union of the families' score_names.
     scores = tuple(dict.fromkeys(n for family in registered for n in family.score_names))
     return (
         [{"Name": "train:%s" % name, "Regex": r"\] summary: .* %s=%s" % (name, _NUMBER)}
@@ -33,11 +34,13 @@ def metric_definitions():
             {"Name": "train:data_wait_pct", "Regex": r"\] summary: .* data_wait=%s%%" % _NUMBER},
             {"Name": "train:lr", "Regex": r"\] summary: .* lr=%s" % _NUMBER},
         ]
+        + [{"Name": "train:%s_s" % name, "Regex": r"\] summary: .* %s=%ss" % (name, _NUMBER)}
+           for name in STEP_TIMES]
         # validation: epoch=3 images=24 time=10.2s mAP=0.2604 AP50=0.2604 [mask_mAP=... mask_AP50=...]
+        # rpn_recall=0.91; a score is found by its name after a space (mAP is not mask_mAP's tail).
         + [{"Name": "validation:%s" % name,
-            "Regex": r"validation: epoch=\d+ images=\d+ time=\S+ %s%s=%s" % (
-                "".join(r"%s=\S+ " % before for before in scores[:i]), name, _NUMBER)}
-           for i, name in enumerate(scores)]
+            "Regex": r"validation: epoch=\d+ images=\d+ time=\S+.* %s=%s" % (name, _NUMBER)}
+           for name in scores]
     )
 
 
@@ -47,7 +50,7 @@ OBJECTIVE_METRIC = "validation:mAP"
 
 def definitions_for(family):
     """The definitions a job of the family named ``family`` fills: its own train:* losses and
-    metrics and validation scores, and the shared ones (speed, data wait, lr). The definitions
+    metrics and validation scores, and the shared ones (speed, data wait, lr, step times). The definitions
     sent with every job hold every family's; those of other families simply get no data points."""
     declared = families.get_by_name(family)
     names = set(_COMMON) | {"train:%s" % n for n in declared.log_names} \

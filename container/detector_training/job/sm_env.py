@@ -5,12 +5,11 @@ stop file, launch id and fetch settings from this object, never from ``os.enviro
 Reading is all this module does: it creates nothing and runs nothing at import time.
 """
 
-import json
 import os
 from dataclasses import dataclass, field
 
 from detector_training import settings
-from detector_training.data.manifest import channels_hold_manifest
+from detector_training.core.files import read_json
 from detector_training.errors import ConfigError, DataError
 
 ENV_STOP_FILE = settings.name(settings.STOP_FILE)
@@ -46,6 +45,11 @@ class JobPaths:
         return self._p("output")
 
     @property
+    def tensorboard_dir(self):
+        """Synced to S3 while the job runs when it has a TensorBoardOutputConfig."""
+        return self._p("output", "tensorboard")
+
+    @property
     def failure_file(self):
         return self._p("output", "failure")
 
@@ -64,15 +68,17 @@ def base_dir(environ=None):
     return environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
 
 
-def _read_json(path, default):
-    if not os.path.isfile(path):
-        return default
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except ValueError as exc:
-        raise ConfigError("%s is not valid JSON: %s" % (path, exc),
-                          "write the file as a JSON object.") from exc
+CONFIG_FILE_CAP = 4 << 20  # SageMaker's hyperparameters (at most 100 of 2.5 KB) are far smaller
+
+
+def _read_object(path, fix="write the file as a JSON object."):
+    """A JSON object from one of the job's configuration files ({} when the file is absent)."""
+    if not os.path.lexists(path):
+        return {}
+    value = read_json(path, CONFIG_FILE_CAP, error=ConfigError, fix=fix)
+    if not isinstance(value, dict):
+        raise ConfigError("%s must hold a JSON object." % os.path.basename(path), fix)
+    return value
 
 
 @dataclass(frozen=True)
@@ -89,16 +95,15 @@ class Environment:
         """The job under ``base`` (default: $SAGEMAKER_BASE_DIR, else /opt/ml)."""
         environ = dict(os.environ if environ is None else environ)
         paths = JobPaths(base or base_dir(environ))
-        hps = _read_json(os.path.join(paths.config_dir, "hyperparameters.json"), {})
-        if not isinstance(hps, dict):
-            raise ConfigError("hyperparameters.json must hold a JSON object.",
-                              "pass hyperparameters as a mapping of names to values.")
+        config = {name: _read_object(os.path.join(paths.config_dir, name + ".json"))
+                  for name in ("inputdataconfig", "resourceconfig", "checkpointconfig")}
         return cls(
             paths=paths,
-            hyperparameters=hps,
-            input_data_config=_read_json(os.path.join(paths.config_dir, "inputdataconfig.json"), {}),
-            resource_config=_read_json(os.path.join(paths.config_dir, "resourceconfig.json"), {}),
-            checkpoint_config=_read_json(os.path.join(paths.config_dir, "checkpointconfig.json"), {}),
+            hyperparameters=_read_object(os.path.join(paths.config_dir, "hyperparameters.json"),
+                                         "pass hyperparameters as a mapping of names to values."),
+            input_data_config=config["inputdataconfig"],
+            resource_config=config["resourceconfig"],
+            checkpoint_config=config["checkpointconfig"],
             environ=environ,
         )
 
@@ -136,15 +141,6 @@ class Environment:
     def channel_dir(self, name):
         path = self.paths.channel(name)
         return path if os.path.isdir(path) else None
-
-    def training_hyperparameters(self):
-        """The hyperparameters the configuration is built from: as sent, with dataset=manifest
-        when none is named and the train channel holds a Ground Truth manifest (a job copied
-        from the built-in algorithm's names no dataset)."""
-        if "dataset" in self.hyperparameters or not channels_hold_manifest(
-                self.paths.channels_dir, self.input_data_config):
-            return dict(self.hyperparameters)
-        return dict(self.hyperparameters, dataset="manifest")
 
     def data_channel(self, names=DATA_CHANNELS):
         """The first existing of the data channels ``names`` (default: voc, train, training)."""

@@ -1,0 +1,62 @@
+"""TensorBoard event files while the job runs (``/opt/ml/output/tensorboard``).
+
+SageMaker syncs that folder to S3 when the job has a ``TensorBoardOutputConfig``; the container is
+not told whether it has one, so the main rank always writes there, with tensorboardX (no
+TensorFlow). The hook writes what the hooks before it published at the same point
+(``engine.scalars``): the losses and metrics, lr, throughput and data-wait share every
+``log_interval`` steps (``train/*``), each epoch's summary with its step-time split (``epoch/*``),
+the validation scores and per-class AP (``validation/*``, ``per_class_*``); and the effective
+configuration as text. Every value is written at the engine's global step, which a resumed job
+takes from its checkpoint: a resumed run writes a new event file in the same folder that
+continues the curves, and TensorBoard's purge step hides whatever the earlier run wrote past the
+checkpoint (steps that are trained again), so no step appears twice.
+"""
+
+import json
+
+from detector_training.core.engine import Hook
+
+CONFIG_TAG = "config"
+
+
+class TensorBoardHook(Hook):
+    """Event files on the main rank: ``engine.scalars`` after each step and epoch, at the global
+    step; flushed each time something was written, so a running job's curves are visible."""
+
+    main_only = True
+
+    def __init__(self, log_dir, effective_config):
+        self.log_dir = log_dir
+        self.effective_config = effective_config
+        self.writer = None
+
+    def before_train(self, engine):
+        from tensorboardX import SummaryWriter
+
+        start = engine.start_global_step
+        # purge_step: events of an earlier run after the checkpoint this run starts from (steps it
+        # trains again) are hidden, so a resumed job's curves continue instead of doubling back.
+        # The start step in the file name keeps a resumed run's file apart from (and, read in name
+        # order, after) the earlier run's, also when both start within the same second.
+        self.writer = SummaryWriter(self.log_dir, purge_step=start + 1 if start > 0 else None,
+                                    filename_suffix=".step%012d" % start)
+        self.writer.add_text(CONFIG_TAG, "```\n%s\n```" % json.dumps(
+            self.effective_config, indent=1, sort_keys=True, default=str), start)
+        self.writer.flush()
+
+    def _write(self, engine):
+        if not engine.scalars:
+            return
+        for tag, value in sorted(engine.scalars.items()):
+            self.writer.add_scalar(tag, float(value), engine.global_step)
+        self.writer.flush()
+
+    def after_step(self, engine):
+        self._write(engine)
+
+    def after_epoch(self, engine):
+        self._write(engine)
+
+    def after_train(self, engine):
+        if self.writer is not None:
+            self.writer.close()

@@ -1,0 +1,98 @@
+"""The WSGI application of one gunicorn worker: the model, loaded in the worker after the fork,
+a warm-up forward pass, then ``/ping``, ``/invocations`` and ``/execution-parameters``.
+
+Every error answer is a short JSON ``{"error": "..."}``; a traceback goes to the log only, and an
+error in one request never ends the worker.
+"""
+
+import io
+import json
+import logging
+import time
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from detector_training import predict
+from detector_training.serve import formats
+
+LOG = logging.getLogger("detector_training.serve")
+
+
+def load_worker_model(env):
+    """The model of ``env.model_dir`` on this worker's device (GPU 0 of what the worker sees on a
+    GPU host: server.py pins each worker to one), after one warm-up forward pass, so that the
+    first request does not pay for MXNet's first-call set-up. PredictError when it cannot be."""
+    import mxnet as mx
+    import numpy as np
+
+    started = time.time()
+    model = predict.load_model(env.model_dir, mx.gpu(0) if env.gpus else mx.cpu())
+    grey = np.full((model.short, model.short * 4 // 3, 3), 127, dtype=np.uint8)
+    try:
+        predict.detect_image(model, grey, threshold=1.0)
+    except Exception as exc:  # MXNetError and friends: an export that loads but cannot run
+        raise predict.PredictError("invalid model %s: its warm-up forward pass failed (%s)"
+                                   % (env.model_dir, predict.one_line(exc))) from exc
+    LOG.info("serve: model %s loaded and warmed up in %.1f s (classes %s, short %d, max_size %d)",
+             env.model_dir, time.time() - started, ", ".join(model.classes), model.short,
+             model.max_size)
+    return model
+
+
+def _error(status, message):
+    return Response(json.dumps({"error": message}), status=status,
+                    mimetype="application/json")
+
+
+def create_app(model, env):
+    """The Flask application answering with ``model`` under the settings ``env``."""
+    app = Flask("detector_training.serve")
+    app.config["MAX_CONTENT_LENGTH"] = env.max_payload_bytes
+
+    @app.get("/ping")
+    def ping():
+        # The application exists only once its worker's model answered a warm-up pass.
+        return Response('{"status": "healthy"}', mimetype="application/json")
+
+    @app.get("/execution-parameters")
+    def execution_parameters():
+        return Response(json.dumps(env.execution_parameters()), mimetype="application/json")
+
+    @app.post("/invocations")
+    def invocations():
+        formats.check_content_type(request.headers.get("Content-Type"))
+        media_type, verbose = formats.answer_type(request.headers.get("Accept"), env.batch)
+        threshold, max_detections = formats.custom_attributes(
+            request.headers.get("X-Amzn-SageMaker-Custom-Attributes"), env.threshold,
+            env.max_detections)
+        body = request.get_data(cache=False)
+        if not body:
+            raise formats.RequestError(400, "empty body: send the image's bytes")
+        try:
+            rgb = predict.decode_image(io.BytesIO(body))
+        except predict.BadImage as exc:
+            raise formats.RequestError(400, str(exc)) from None
+        detections = predict.detect_image(model, rgb, threshold, max_detections)
+        height, width = rgb.shape[:2]
+        return Response(formats.render(detections, model.classes, width, height, media_type, verbose),
+                        mimetype=media_type)
+
+    @app.errorhandler(formats.RequestError)
+    def request_error(exc):
+        LOG.info("serve: %d %s", exc.status, exc.message)
+        return _error(exc.status, exc.message)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc):  # 404, 405, 413 (body over the payload limit), ...
+        message = exc.description
+        if exc.code == 413:
+            message = "request body over %d MB: send a smaller image" % env.max_payload_mb
+        return _error(exc.code, message)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc):
+        LOG.exception("serve: request failed")
+        return _error(500, "internal error (%s): see the endpoint's log" % type(exc).__name__)
+
+    return app

@@ -1,0 +1,106 @@
+"""The server's settings, read once from the environment SageMaker (and the user) sets.
+
+SageMaker's: ``SAGEMAKER_BIND_TO_PORT`` (default 8080), ``SAGEMAKER_MODEL_SERVER_WORKERS``,
+``SAGEMAKER_MODEL_SERVER_TIMEOUT`` (seconds, default 60), and for batch transform
+``SAGEMAKER_BATCH``, ``SAGEMAKER_MAX_PAYLOAD_IN_MB``, ``SAGEMAKER_BATCH_STRATEGY`` and
+``SAGEMAKER_MAX_CONCURRENT_TRANSFORMS``. Ours: ``DETECTOR_SCORE_THRESHOLD`` (default 0.5) and
+``DETECTOR_MAX_DETECTIONS`` (default 100), the defaults of the request's custom attributes, and
+``DETECTOR_MODEL_DIR`` (default ``/opt/ml/model``).
+
+Workers: one per GPU on a GPU host, each pinned to its device. On CPU, one worker per core, each
+with one OpenMP thread, so that workers never fight for the same cores (benchmarks/serving.py
+measured this at twice the throughput of one worker with every core as its threads, at the same
+latency for one client). With fewer workers (``SAGEMAKER_MODEL_SERVER_WORKERS``), the cores are
+shared out evenly as each worker's threads, which shortens one large model's forward pass.
+"""
+
+from dataclasses import dataclass
+
+from detector_training import settings
+from detector_training.errors import ConfigError
+
+MODEL_DIR = "/opt/ml/model"
+PORT = 8080
+TIMEOUT = 60
+PAYLOAD_MB = 6  # SageMaker's request limit for endpoints
+THRESHOLD = 0.5
+MAX_DETECTIONS = 100
+BATCH_STRATEGY = "SingleRecord"  # one image per request: images cannot be concatenated
+
+
+@dataclass(frozen=True)
+class ServeEnvironment:
+    model_dir: str
+    port: int
+    workers: int
+    threads_per_worker: int
+    gpus: int
+    timeout: int
+    max_payload_mb: int
+    batch: bool
+    threshold: float
+    max_detections: int
+
+    @property
+    def max_payload_bytes(self):
+        return self.max_payload_mb * 1024 * 1024
+
+    def execution_parameters(self):
+        """What ``GET /execution-parameters`` answers to batch transform."""
+        return {"MaxConcurrentTransforms": self.workers, "BatchStrategy": BATCH_STRATEGY,
+                "MaxPayloadInMB": self.max_payload_mb}
+
+
+def read_environment(environ, cpu_count, gpu_count):
+    """The server's settings from ``environ`` on a host with these cores and GPUs. Raises
+    ConfigError naming the variable when a value cannot be used."""
+    gpus = max(0, int(gpu_count))
+    cores = max(1, int(cpu_count))
+    workers = _integer(environ, "SAGEMAKER_MODEL_SERVER_WORKERS", None, 1)
+    if workers is None:
+        workers = gpus or cores
+    if gpus and workers > gpus:
+        raise ConfigError("SAGEMAKER_MODEL_SERVER_WORKERS=%d is more than the %d GPU(s) of this host."
+                          % (workers, gpus), "set it to %d or less, or leave it unset "
+                          "(one worker per GPU)." % gpus)
+    return ServeEnvironment(
+        model_dir=environ.get(settings.name("MODEL_DIR"), "").strip() or MODEL_DIR,
+        port=_integer(environ, "SAGEMAKER_BIND_TO_PORT", PORT, 1, 65535),
+        workers=workers,
+        threads_per_worker=max(1, cores // workers),
+        gpus=gpus,
+        timeout=_integer(environ, "SAGEMAKER_MODEL_SERVER_TIMEOUT", TIMEOUT, 1),
+        max_payload_mb=_integer(environ, "SAGEMAKER_MAX_PAYLOAD_IN_MB", PAYLOAD_MB, 1, 100),
+        batch=environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true",
+        threshold=_fraction(environ, settings.name("SCORE_THRESHOLD"), THRESHOLD),
+        max_detections=_integer(environ, settings.name("MAX_DETECTIONS"), MAX_DETECTIONS, 1),
+    )
+
+
+def _integer(environ, name, default, low, high=None):
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        allowed = "an integer >= %d" % low if high is None else "an integer in [%d, %d]" % (low, high)
+        raise ConfigError("%s=%r is not %s." % (name, raw, allowed),
+                          "set %s to %s, or leave it unset." % (name, allowed))
+    return value
+
+
+def _fraction(environ, name, default):
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = None
+    if value is None or not 0.0 <= value <= 1.0:
+        raise ConfigError("%s=%r is not a number in [0, 1]." % (name, raw),
+                          "set %s to a score between 0 and 1, or leave it unset." % name)
+    return value

@@ -1,0 +1,139 @@
+"""The ``serve`` command: gunicorn with pre-forked sync workers in front of ``app.py``.
+
+The master process never imports MXNet: it reads the settings, checks the model directory (its
+files and JSON, a network this image serves) and forks the workers. Each worker, after the fork,
+gets its threads (CPU) or its one GPU through the environment MXNet reads when it starts, then
+loads the model and runs a warm-up pass (``app.load_worker_model``). A worker that cannot load
+the model exits with gunicorn's boot-error status, on which gunicorn stops the whole server: a
+broken model is an error in the log and a server that never answers ``/ping``.
+
+SIGTERM (SageMaker's stop) is gunicorn's graceful shutdown: the listening socket closes, the
+requests in flight finish (for at most GRACEFUL_TIMEOUT seconds, inside SageMaker's 30 s before
+SIGKILL), and the workers exit.
+"""
+
+import glob
+import logging
+import os
+import re
+import sys
+
+from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.errors import HaltServer
+
+from detector_training import predict
+from detector_training.errors import ConfigError
+from detector_training.families import family_of
+from detector_training.serve.environment import read_environment
+
+LOG = logging.getLogger("detector_training.serve")
+GRACEFUL_TIMEOUT = 20  # seconds for requests in flight after SIGTERM; SageMaker kills at 30
+
+
+def visible_gpus(environ):
+    """The GPU ids this host gives the container, found without MXNet: ``CUDA_VISIBLE_DEVICES``
+    when set, else the NVIDIA device nodes the container runtime mounted (none on CPU hosts)."""
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    nodes = [os.path.basename(p) for p in glob.glob("/dev/nvidia*")]
+    return sorted((n[len("nvidia"):] for n in nodes if re.fullmatch(r"nvidia\d+", n)), key=int)
+
+
+def check_model(model_dir):
+    """Refuse, before any worker starts, a model directory that lacks a file, has unreadable
+    JSON, or was trained for a network this image does not serve. PredictError says which."""
+    export, _short, _max_size = predict.read_model_directory(model_dir)
+    network = export.config.get("network")
+    try:
+        family_of(network)
+    except (KeyError, TypeError):
+        raise predict.PredictError("invalid model %s: config.json names network %r, which this image "
+                                   "does not serve" % (model_dir, network)) from None
+
+
+def worker_environment(index, env, gpus):
+    """Environment variables of worker ``index``, set after the fork and before MXNet starts:
+    its one GPU on a GPU host; on CPU, its share of the cores as OpenMP threads under one MXNet
+    engine thread (one image's forward is a chain of operators, each spread over the cores)."""
+    if env.gpus:
+        return {"CUDA_VISIBLE_DEVICES": gpus[index]}
+    threads = str(env.threads_per_worker)
+    return {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads, "MXNET_CPU_WORKER_NTHREADS": "1"}
+
+
+def gunicorn_options(env):
+    """gunicorn's settings for ``env`` (without the worker hooks)."""
+    return {"bind": ["0.0.0.0:%d" % env.port], "workers": env.workers, "worker_class": "sync",
+            "timeout": env.timeout, "graceful_timeout": GRACEFUL_TIMEOUT, "preload_app": False,
+            "proc_name": "detector-serve", "errorlog": "-", "loglevel": "info",
+            # no runtime-management socket (gunicornc): nothing outside SageMaker drives the server
+            "control_socket_disable": True}
+
+
+class Server(BaseApplication):
+    """gunicorn configured from :class:`ServeEnvironment`, loading the model in each worker."""
+
+    def __init__(self, env, gpus):
+        self.env = env
+        self.gpus = gpus
+        super().__init__(prog="serve")
+
+    def load_config(self):
+        options = dict(gunicorn_options(self.env), pre_fork=self.assign_slot, post_fork=self.pin_worker)
+        for key, value in options.items():
+            self.cfg.set(key, value)
+
+    def assign_slot(self, arbiter, worker):
+        """In the master, before the fork: the lowest worker slot no live worker holds (slot i
+        owns GPU i), so that a restarted worker takes over the device of the one it replaces."""
+        taken = {getattr(w, "slot", None) for w in arbiter.WORKERS.values()}
+        worker.slot = min(set(range(self.env.workers)) - taken)
+
+    def pin_worker(self, arbiter, worker):
+        os.environ.update(worker_environment(worker.slot, self.env, self.gpus))
+        LOG.info("serve: worker %d (pid %d) on %s", worker.slot, os.getpid(),
+                 "GPU %s" % self.gpus[worker.slot] if self.env.gpus
+                 else "%d CPU thread(s)" % self.env.threads_per_worker)
+
+    def load(self):
+        from detector_training.serve.app import create_app, load_worker_model
+
+        try:
+            model = load_worker_model(self.env)
+        except predict.PredictError as exc:
+            LOG.error("serve: error: %s", exc)
+            sys.exit(Arbiter.WORKER_BOOT_ERROR)  # gunicorn then stops the server
+        return create_app(model, self.env)
+
+
+def setup_logging():
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [serve %(process)d] %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def main():
+    """``serve``: SageMaker's inference server on this image's model directory (see module doc).
+    Exits 2 with one ``serve: error:`` line for bad settings or a broken model."""
+    setup_logging()
+    environ = dict(os.environ)
+    gpus = visible_gpus(environ)
+    try:
+        env = read_environment(environ, len(os.sched_getaffinity(0)), len(gpus))
+        check_model(env.model_dir)
+    except (ConfigError, predict.PredictError) as exc:
+        LOG.error("serve: error: %s", exc)
+        return 2
+    LOG.info("serve: %s on port %d, %d worker(s), timeout %d s, payload up to %d MB%s",
+             env.model_dir, env.port, env.workers, env.timeout, env.max_payload_mb,
+             " (batch transform)" if env.batch else "")
+    try:
+        Server(env, gpus).run()
+    except HaltServer as halt:  # gunicorn raises it again when a second worker fails to boot as it stops
+        LOG.error("serve: stopped: %s", halt.reason)
+        return halt.exit_status
+    return 0

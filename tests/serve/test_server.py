@@ -1,0 +1,176 @@
+"""`serve` as SageMaker runs it: the real gunicorn on loopback in front of a model a tiny real job
+wrote. /ping only after the warm-up, gunicorn's settings and the workers' devices, memory flat
+over a bounded loop, SIGTERM while a request is in flight, and broken models that never turn
+healthy."""
+
+import http.client
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import requests
+
+from conftest import wait_for
+from detector_training.core import model_dir as layout
+from served import Served, bad_requests, shapes  # noqa: F401 (fixture)
+
+
+def test_ping_turns_healthy_only_after_the_warm_up(trained_models, tmp_path):
+    server = Served(trained_models["faster_rcnn"], tmp_path / "serve.log", SAGEMAKER_MODEL_SERVER_WORKERS="1")
+    try:
+        seen = []  # (status, warmed up already?) of every ping from the start on
+        healthy = wait_for(lambda: seen.append((server.ping(), "warmed up" in server.log)) or seen[-1][0] == 200,
+                           240, server.proc)
+        assert healthy, server.log[-3000:]
+        assert seen[-1] == (200, True)
+        assert all(status != 200 for status, _warm in seen[:-1])
+        assert any(status is None for status, _warm in seen)  # it was polled before it could answer
+    finally:
+        server.stop()
+
+
+def test_gunicorn_runs_sync_workers_with_the_timeout_and_port_of_the_environment():
+    from detector_training.serve.environment import read_environment
+    from detector_training.serve.server import gunicorn_options
+
+    env = read_environment({"SAGEMAKER_MODEL_SERVER_TIMEOUT": "17", "SAGEMAKER_BIND_TO_PORT": "9123",
+                            "SAGEMAKER_MODEL_SERVER_WORKERS": "3"}, 4, 0)
+    options = gunicorn_options(env)
+    assert options["timeout"] == 17 and options["bind"] == ["0.0.0.0:9123"] and options["workers"] == 3
+    assert options["worker_class"] == "sync" and options["preload_app"] is False
+    assert options["graceful_timeout"] < 30
+
+
+
+def test_each_gpu_worker_is_pinned_to_its_own_gpu_and_a_restarted_worker_takes_its_slot():
+    from types import SimpleNamespace
+
+    from detector_training.serve.environment import read_environment
+    from detector_training.serve.server import Server, visible_gpus, worker_environment
+
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,5"}) == ["2", "5"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    gpus = ["2", "5"]
+    env = read_environment({}, 16, len(gpus))
+    assert env.workers == 2
+    assert [worker_environment(i, env, gpus) for i in (0, 1)] == [{"CUDA_VISIBLE_DEVICES": "2"},
+                                                                 {"CUDA_VISIBLE_DEVICES": "5"}]
+    cpu = read_environment({"SAGEMAKER_MODEL_SERVER_WORKERS": "2"}, 8, 0)
+    assert worker_environment(1, cpu, []) == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "4",
+                                              "MXNET_CPU_WORKER_NTHREADS": "1"}
+    server = Server.__new__(Server)  # the hooks only, without gunicorn's configuration
+    server.env = env
+    arbiter = SimpleNamespace(WORKERS={})
+    first, second, replacement = SimpleNamespace(), SimpleNamespace(), SimpleNamespace()
+    server.assign_slot(arbiter, first)
+    arbiter.WORKERS[1] = first
+    server.assign_slot(arbiter, second)
+    arbiter.WORKERS[2] = second
+    del arbiter.WORKERS[1]  # the worker on slot 0 died
+    server.assign_slot(arbiter, replacement)
+    assert (first.slot, second.slot, replacement.slot) == (0, 1, 0)
+
+
+# --- memory and stopping (one family is enough: the same code path for all) -------------------
+
+def rss(pids):
+    return sum(psutil.Process(pid).memory_info().rss for pid in pids)
+
+
+def test_memory_stays_flat_over_a_bounded_loop_of_requests(trained_models, shapes, tmp_path):
+    img, jpeg = shapes
+    server = Served(trained_models["faster_rcnn"], tmp_path / "serve.log", SAGEMAKER_MODEL_SERVER_WORKERS="1")
+    try:
+        server.wait_healthy()
+        bad = [request for _what, request, _status, _words in bad_requests(jpeg)]
+        session = requests.Session()
+
+        def loop(count):
+            for i in range(count):
+                request = dict(bad[i % len(bad)]) if i % 4 == 3 else {"body": jpeg}
+                session.post(server.url + "/invocations", data=request.pop("body"), timeout=60,
+                             headers=dict(request, **{"Content-Type": request.pop("content_type", "image/jpeg")}))
+
+        loop(60)  # warm: allocator pools and MXNet's caches fill up
+        before = rss(server.workers())
+        loop(400)
+        growth = rss(server.workers()) - before
+        assert growth < 24 * 1024 * 1024, "workers grew by %.1f MB over 400 requests" % (growth / 2**20)
+    finally:
+        server.stop()
+
+
+def test_sigterm_finishes_the_request_in_flight_and_exits_well_within_30_s(trained_models, shapes, tmp_path):
+    img, jpeg = shapes
+    server = Served(trained_models["faster_rcnn"], tmp_path / "serve.log", SAGEMAKER_MODEL_SERVER_WORKERS="1")
+    try:
+        server.wait_healthy()
+        # A request whose body is still arriving: the worker has accepted it and waits for the rest.
+        in_flight = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        in_flight.putrequest("POST", "/invocations")
+        for name, value in (("Content-Type", "image/jpeg"), ("Content-Length", str(len(jpeg))),
+                            ("X-Amzn-SageMaker-Custom-Attributes", "threshold=0")):
+            in_flight.putheader(name, value)
+        in_flight.endheaders()
+        in_flight.send(jpeg[:100])
+        time.sleep(1.0)
+        sent = time.time()
+        server.proc.send_signal(signal.SIGTERM)
+        assert wait_for(lambda: "Handling signal: term" in server.log, 10)
+        time.sleep(0.5)
+        # Nothing new is answered: the master closed its socket, the busy worker accepts no more.
+        assert server.ping() is None
+        in_flight.send(jpeg[100:])
+        answer = in_flight.getresponse()
+        assert answer.status == 200
+        assert json.loads(answer.read())["prediction"]
+        assert server.proc.wait(timeout=30) == 0
+        assert time.time() - sent < 15
+    finally:
+        server.stop()
+
+
+# --- broken models -------------------------------------------------------------------------------
+
+def copy_model(model_dir, target, change=None):
+    os.makedirs(target)
+    for name in layout.EXPORT_FILES:
+        data = open(os.path.join(model_dir, name), "rb").read()
+        if change and name in change:
+            data = change[name](data)
+        if data is not None:
+            open(os.path.join(target, name), "wb").write(data)
+    return str(target)
+
+
+def network_is(network):
+    return lambda data: json.dumps(dict(json.loads(data), network=network)).encode()
+
+
+def tiny_test_size(data):  # loads, but the RPN's proposal counts do not fit 2-pixel images
+    return json.dumps(dict(json.loads(data), short=[2], max_size=2)).encode()
+
+
+@pytest.mark.parametrize("broken, status, words", [
+    ({"model-0000.params": lambda data: None}, 2, "lacks model-0000.params"),
+    ({"classes.json": lambda data: b"{not json"}, 2, "classes.json is not valid JSON"),
+    ({"config.json": network_is("ssd_512_resnet50_v1_voc")}, 2, "'ssd_512_resnet50_v1_voc', which this image does not serve"),
+    ({"model-0000.params": lambda data: data[:100]}, 3, "cannot load the exported network"),
+    ({"config.json": tiny_test_size}, 3, "its warm-up forward pass failed (MXNetError"),
+], ids=["missing-file", "bad-json", "other-family", "corrupt-params", "forward-fails"])
+def test_a_broken_model_is_an_error_in_the_log_and_never_healthy(trained_models, tmp_path, broken, status, words):
+    model_dir = copy_model(trained_models["faster_rcnn"], tmp_path / "model", broken)
+    server = Served(model_dir, tmp_path / "serve.log")
+    try:
+        pings = []
+        assert wait_for(lambda: pings.append(server.ping()) or server.proc.poll() is not None, 120)
+        assert server.proc.returncode == status, server.log[-3000:]
+        assert 200 not in pings
+        errors = [line.split("serve: error:")[1] for line in server.log.splitlines() if "serve: error:" in line]
+        assert errors and all(e == errors[0] for e in errors) and words in errors[0], server.log[-3000:]
+        assert "Traceback" not in server.log
+    finally:
+        server.stop()
