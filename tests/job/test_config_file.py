@@ -267,3 +267,11 @@ def test_read_config_file_returns_the_values_as_the_file_has_them(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("train:\n  lr_decay_epoch: [2, 4]\n  lr: 0.1\n")
     assert read_config_file(str(path), str(tmp_path)) == {"lr_decay_epoch": [2, 4], "lr": 0.1}
+
+
+def test_a_ground_truth_manifest_in_the_train_channel_is_dataset_manifest_unless_one_is_named(tmp_path):
+    manifest = {"train/output.manifest": "", "config/job.yaml": "dataset: custom\n"}
+    assert load_config(job(tmp_path / "a", {}, {"train/output.manifest": ""})).dataset == "manifest"
+    assert load_config(job(tmp_path / "b", {"dataset": "custom"}, manifest)).dataset == "custom"
+    assert load_config(job(tmp_path / "c", {"config_file": "config/job.yaml"}, manifest)).dataset == "custom"
+    assert load_config(job(tmp_path / "d", {}, {"train/VOCtrainval_06-Nov-2007.tar": ""})).dataset == "voc"
