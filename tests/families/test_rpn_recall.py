@@ -39,8 +39,8 @@ def ground_truth_in_input_pixels(name, loader, indices, reader):
                 label = second.asnumpy()[0]
                 boxes.append(label[(label[:, 4] >= 0) & (label[:, 5] < 1), :4])
             else:
-                label = reader._labels[next(positions)]  # pylint: disable=protected-access
-                label = np.zeros((0, 5)) if label is None else np.asarray(label)  # an empty image
+                label = np.asarray(reader._labels[next(positions)])  # pylint: disable=protected-access
+                label = label[label[:, 4] >= 0]  # an empty image has only the placeholder row
                 boxes.append(label[:, :4] * float(second.reshape((-1,))[2].asscalar()))
     return boxes
 

@@ -121,12 +121,13 @@ class MaskRCNN(FasterRCNN):
 
 def val_ground_truth(loader, indices, reader):
     """(image, ground-truth corners in the original image's pixels, the image's resize factor)
-    of each validation image, in loader order (the val transform gives no labels: the reader's)."""
+    of each validation image, in loader order (the val transform gives no labels: the reader's;
+    an image without objects has only the placeholder row, which is no object)."""
     index_iter = iter(indices)
     for batch in loader:
         for x, im_info in zip(*batch):
-            label = reader._labels[next(index_iter)]  # pylint: disable=protected-access
-            boxes = np.zeros((0, 4)) if label is None else np.asarray(label)[:, :4]
+            label = np.asarray(reader._labels[next(index_iter)])  # pylint: disable=protected-access
+            boxes = label[label[:, 4] >= 0, :4]
             yield x, boxes, float(im_info.reshape((-1,))[2].asscalar())
 
 
