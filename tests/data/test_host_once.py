@@ -42,8 +42,8 @@ def test_a_waiting_rank_waits_until_the_tree_is_ready(tmp_path):
     root = str(tmp_path)
     host_once.write_marker(root, status="ok", key="k", launch="l")
     ready = threading.Event()
+    started = time.monotonic()  # before the timer starts, so the wait is at least its 0.3 s
     threading.Timer(0.3, ready.set).start()
-    started = time.monotonic()
     host_once.wait_for_host(root, "k", "l", lambda m: ready.is_set(), timeout_s=5, poll_s=0.01)
     assert time.monotonic() - started >= 0.3
 
