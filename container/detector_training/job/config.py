@@ -176,7 +176,7 @@ class TrainConfig:
     rcnn_num_samples: Optional[int] = hp(None, optional(_at_least_4),
                                          "RoIs sampled per image to train the R-CNN heads. Default: "
                                          "the network's (C4 128 or 256, FPN 512, "
-                                         "faster_rcnn_resnet18_v1b_voc 32); fewer train faster.")
+                                         "faster_rcnn_resnet18_v1b_voc 16); fewer train faster.")
     rpn_smoothl1_rho: float = hp(1.0 / 9.0, check(parse_float, lambda v: v > 0, "a number > 0"),
                                  "RPN box regression smooth-L1 rho.")
     rcnn_smoothl1_rho: float = hp(1.0, check(parse_float, lambda v: v > 0, "a number > 0"),
@@ -339,7 +339,7 @@ def parse_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
         values[key] = value
     if problems:
         raise ConfigError("invalid hyperparameters: " + "; ".join(problems) + ".",
-                          "correct the hyperparameters named above (see the README's table).")
+                          "correct the hyperparameters named above (docs/hyperparameters.md lists every one).")
     return values
 
 
