@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from detector_training import settings
 from detector_training.errors import ConfigError
+from detector_training.values import parse_float, parse_int
 
 MODEL_DIR = "/opt/ml/model"
 PORT = 8080
@@ -82,7 +83,7 @@ def _integer(environ, name, default, low, high=None):
     if not raw:
         return default
     try:
-        value = int(raw)
+        value = parse_int(raw)
     except ValueError:
         value = None
     if value is None or value < low or (high is not None and value > high):
@@ -97,7 +98,7 @@ def _fraction(environ, name, default):
     if not raw:
         return default
     try:
-        value = float(raw)
+        value = parse_float(raw)
     except ValueError:
         value = None
     if value is None or not 0.0 <= value <= 1.0:
