@@ -28,7 +28,7 @@ from detector_training.core.model_dir import ModelDirectory
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
-from detector_training.data.datasets import steps_per_epoch
+from detector_training.data.samplers import steps_per_epoch
 from detector_training.data.pipe_mode import manifest_root
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import acquire_voc

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from detector_training.job.config import from_hyperparameters
-from detector_training.data.datasets import build_datasets
+from detector_training.data.formats import build_datasets
 from detector_training.errors import DataError
 from detector_training.core.evaluation import coco_result, combine, make_metric
 from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate

@@ -44,7 +44,7 @@ A new family is one module that subclasses DetectorFamily, registered with
 """
 
 from detector_training.core.report import BOX_AP_COLUMNS
-from detector_training.data.datasets import build_datasets
+from detector_training.data.formats import build_datasets
 
 DATASETS = ("voc", "coco", "custom", "manifest")
 # Hyperparameters that only some families take; each family lists those it takes in ``options``.

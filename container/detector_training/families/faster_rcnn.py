@@ -12,7 +12,7 @@ import logging
 from detector_training.core.evaluation import detect_boxes, score_boxes
 from detector_training.core.proposal_recall import recall, recalled_per_image
 from detector_training.core.networks import build_zoo_network
-from detector_training.data.datasets import shard_loader, val_shard_loader
+from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
 from detector_training.errors import ConfigError
 from detector_training.families.base import DetectorFamily

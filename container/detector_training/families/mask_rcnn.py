@@ -16,7 +16,7 @@ import numpy as np
 from detector_training.core.evaluation import ap_fraction, image_masks
 from detector_training.core.proposal_recall import recall, recalled_per_image
 from detector_training.core.report import BOX_AP_COLUMNS
-from detector_training.data.datasets import build_datasets
+from detector_training.data.formats import build_datasets
 from detector_training.families.faster_rcnn import (LOSS_NAMES, METRIC_NAMES, FasterRCNN,
                                                     FasterRCNNStep)
 
