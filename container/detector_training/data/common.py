@@ -20,6 +20,7 @@ class Datasets:
     classes: tuple
     aspect_ratios: list  # width / height of each training image
     val_aspect_ratios: list = None  # the same for validation (None: assume the training ones)
+    metric: str = "voc07"  # what scores it: the format's (voc07 or coco)
 
 
 class SubsetDataset:

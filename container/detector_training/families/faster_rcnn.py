@@ -127,7 +127,7 @@ class FasterRCNN(DetectorFamily):
         return list(zip(detections, recalled_per_image(net, val_ground_truth(loader), ctx)))
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        result = score_boxes(config, datasets, [[d for d, _ in rank] for rank in gathered], scratch_dir)
+        result = score_boxes(datasets, [[d for d, _ in rank] for rank in gathered], scratch_dir)
         result["rpn_recall"] = recall([counts for rank in gathered for _, counts in rank])
         return result
 

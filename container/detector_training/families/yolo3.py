@@ -128,7 +128,7 @@ class YOLOv3(DetectorFamily):
         return detect_original_boxes(net, loader, indices, ctx)
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        return score_boxes(config, datasets, gathered, scratch_dir)
+        return score_boxes(datasets, gathered, scratch_dir)
 
     def export(self, config, classes, params_path, prefix, fitted):
         import mxnet as mx

@@ -1,8 +1,76 @@
-"""COCO-format JSON (see coco_format.py), read with GluonCV's COCO readers."""
+"""COCO-format JSON (see coco_format.py), read with GluonCV's COCO readers: its own categories,
+boxes and instance masks, scored by COCO's AP over the validation annotation file."""
+
+import os
 
 from detector_training.errors import DataError
+from detector_training.data.coco_format import ANNOTATIONS
 from detector_training.data.common import Datasets, SubsetDataset
+from detector_training.data.formats.data_format import DataFormat
 from detector_training.data.negatives import is_negative, log_empty
+
+COCO_SPLITS = ("instances_train2017",)
+COCO_VAL_SPLITS = ("instances_val2017",)
+# GluonCV's train_faster_rcnn.py defaults for COCO (lr given for a global batch of 8 x 1).
+COCO_PRESET = dict(epochs=26, lr=0.01, lr_decay_epoch=(17, 23), lr_warmup=1000, wd=1e-4,
+                   lr_base_batch_size=8, train_splits=COCO_SPLITS, val_splits=COCO_VAL_SPLITS)
+
+
+class COCO(DataFormat):
+    name = "coco"
+    title = "COCO-format JSON"
+    channels = ("coco", "train", "training")
+    preset = COCO_PRESET
+    options = ("train_annotation_file", "val_annotation_file")
+    metric = "coco"
+    masks = True
+
+    def recognise(self, channel):
+        """annotations/<split>.json in the channel or a folder directly under it."""
+        for folder in [""] + [n for n in channel.names()
+                              if os.path.isdir(os.path.join(channel.path, n))]:
+            notes = os.path.join(channel.path, folder, ANNOTATIONS)
+            try:
+                found = sorted(n for n in os.listdir(notes) if n.endswith(".json"))
+            except OSError:
+                continue
+            if found:
+                return ", ".join(os.path.join(folder, ANNOTATIONS, n) for n in found[:4])
+        return None
+
+    def check_config(self, config):
+        problems = []
+        if len(config.val_splits or ()) > 1:
+            problems.append("val_splits=%s: COCO validation reads one annotation file; name one "
+                            "split" % ",".join(config.val_splits))
+        if config.val_fraction > 0:
+            problems.append("val_fraction=%g: COCO's metric scores a whole annotation file, so a "
+                            "validation split cannot be carved from coco training data; name one "
+                            "with val_splits" % config.val_fraction)
+        return problems
+
+    def data_root(self, config, env, world):
+        """The channels' folder when annotation files are named by path, else the COCO channel."""
+        if config.train_annotation_file:
+            return env.paths.channels_dir
+        name, path = env.data_channel(self.channels)
+        if path is None:
+            raise DataError("no data channel: none of %s exists under %s."
+                            % (", ".join(self.channels), env.paths.channels_dir),
+                            "give the job a 'coco' channel holding annotations/<split>.json and "
+                            "the split's image folders.")
+        return path
+
+    def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
+        """A generated COCO-format dataset (own categories, masks) in the 'coco' channel."""
+        from detector_training.data.synthetic_coco import generate
+
+        channel = os.path.join(channels_dir, "coco")
+        if not os.path.isdir(os.path.join(channel, ANNOTATIONS)):
+            generate(channel, n_train + n_train_2012, n_test, seed=seed)
+
+    def read(self, config, data_root, instances=False):
+        return _coco_datasets(config, data_root, instances)
 
 
 def _coco_datasets(config, data_root, instances=False):

@@ -1,11 +1,39 @@
-"""A SageMaker Ground Truth object-detection manifest (see manifest.py)."""
+"""A SageMaker Ground Truth object-detection manifest (see manifest.py), in File mode or in Pipe
+mode (an augmented manifest, drained once per host by pipe_mode.py)."""
 
 import os
 
 from detector_training.errors import DataError
 from detector_training.data import manifest
 from detector_training.data.common import Datasets, SubsetDataset, carve_validation
+from detector_training.data.formats.data_format import DataFormat, LabelledDetection
+from detector_training.data.formats.voc import VOC_PRESET
 from detector_training.data.negatives import is_negative, log_empty
+from detector_training.data.pipe_mode import manifest_root
+from detector_training.data.sources import FetchOptions
+
+
+class GroundTruthManifest(DataFormat):
+    name = "manifest"
+    title = "a Ground Truth bounding-box manifest"
+    channels = manifest.MANIFEST_CHANNELS + (manifest.VALIDATION_CHANNEL,)
+    preset = VOC_PRESET  # a custom dataset in another layout (its splits are channels)
+    options = ("label_attribute",)
+
+    def recognise(self, channel):
+        """A Pipe-mode RecordIO channel (how SageMaker delivers an augmented manifest), or a
+        manifest file at the channel's top level."""
+        if channel.pipe and channel.config.get("RecordWrapperType") == "RecordIO":
+            return "an augmented manifest in Pipe mode"
+        found = [n for n in channel.names() if n.endswith(manifest.MANIFEST_SUFFIXES)]
+        return ", ".join(found[:4]) if found else None
+
+    def data_root(self, config, env, world):
+        options = FetchOptions.from_environ(env.environ)
+        return manifest_root(config, env, world, options.wait_timeout_s, options.poll_s)
+
+    def read(self, config, data_root, instances=False):
+        return _manifest_datasets(config, data_root)
 
 
 def _manifest_datasets(config, root):
@@ -57,7 +85,7 @@ def _manifest_dataset(entries, images, index, classes, skip_empty, what):
                         % (what, ", ".join(classes)),
                         "check the manifest's class ids and the 'classes' hyperparameter.")
     keep = [i for i in range(len(entries)) if not (skip_empty and i in empty)]
-    reader = manifest.ManifestDetection([paths[i] for i in keep], [labels[i] for i in keep], classes)
+    reader = LabelledDetection([paths[i] for i in keep], [labels[i] for i in keep], classes)
     described = ["image %s of %s" % (entries[i].source_ref, entries[i].where) for i in keep]
     dataset = SubsetDataset(reader, range(len(keep)), described,
                             "replace the image, or remove its line from the manifest.")
