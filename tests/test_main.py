@@ -318,7 +318,7 @@ def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkey
 def test_run_job_trains_validates_checkpoints_and_writes_the_model(tmp_path, monkeypatch, caplog):
     family = ToyFamily()
     monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
-    monkeypatch.setattr(main, "acquire_voc", lambda *args: str(tmp_path / "voc"))
+    monkeypatch.setattr(main, "data_root", lambda *args: str(tmp_path / "voc"))
     monkeypatch.setattr(main, "validate", lambda *args: {"mAP": 0.5, "AP50": 0.6,
                                                          "per_class": {"a": 0.5}, "images": 3})
     config = make_config(epochs="2", lr="0.01", lr_warmup="0")
@@ -341,7 +341,7 @@ def test_a_stop_request_ends_the_loop_with_a_checkpoint_and_no_final_model(tmp_p
                                                                            caplog):
     family = ToyFamily()
     monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
-    monkeypatch.setattr(main, "acquire_voc", lambda *args: str(tmp_path / "voc"))
+    monkeypatch.setattr(main, "data_root", lambda *args: str(tmp_path / "voc"))
     monkeypatch.setattr(main, "validate", lambda *args: pytest.fail("validated after a stop"))
     with caplog.at_level(logging.INFO, logger="detector_training"):
         main.run_job(make_config(), make_env(tmp_path), RankDist(), Stop(at=3))
