@@ -153,9 +153,9 @@ def read_data(config, env, world, family):
 def report_data(config, env, root):
     """The data check of what this job read, into the log and the model directory (its
     data_report.md and .png); the job goes on whatever it says (the data was read already)."""
-    fmt = formats.get(config.dataset)
-    report = check_data.DataReport(env.paths.channels_dir, config.dataset, "the job's dataset")
     try:
+        fmt = formats.get(config.dataset)
+        report = check_data.DataReport(env.paths.channels_dir, config.dataset, "the job's dataset")
         check_data.describe(report, fmt, fmt.labelled_root(root, env.paths.channels_dir), config)
         report.log()
         check_data.write_report(report, env.paths.model_dir)

@@ -68,7 +68,7 @@ class DataReport:
     splits: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     problems: list = field(default_factory=list)
-    alias: tuple = ()  # (the temporary channel path, the folder it stands for) in messages
+    aliases: list = field(default_factory=list)  # (temporary channel path, the folder it is)
 
     @property
     def ok(self):
@@ -76,7 +76,9 @@ class DataReport:
 
     def shown(self, text):
         text = str(text)
-        return text.replace(self.alias[0], self.alias[1]) if self.alias else text
+        for scratch, folder in sorted(self.aliases, key=lambda a: -len(a[0])):
+            text = text.replace(scratch, folder)
+        return text
 
     def markdown(self):
         lines = ["# Data report", "", "- data: `%s`" % self.path]
@@ -185,12 +187,33 @@ def check(path, hyperparameters=None, channel=None):
                 else:
                     channel = "train"
             os.symlink(path, os.path.join(scratch, channel))
-            report.alias = (os.path.join(scratch, channel), path)
+            report.aliases.append((os.path.join(scratch, channel), path))
             report.notes.append("%s checked as channel '%s'" % (path, channel))
         _check_channels(report, channels_dir, hyperparameters)
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+    return report
+
+
+def check_channels(channels, hyperparameters=None):
+    """The :class:`DataReport` of local folders given as ``{channel name: folder}`` (the inputs a
+    launcher is about to send), checked together as the job's channels."""
+    report = DataReport(", ".join("%s=%s" % (name, os.path.abspath(folder))
+                                  for name, folder in sorted(channels.items())))
+    missing = [folder for folder in channels.values() if not os.path.isdir(folder)]
+    if missing:
+        report.problems.append(Problem("%s is not a folder." % missing[0],
+                                       "give each channel's local folder."))
+        return report
+    scratch = tempfile.mkdtemp(prefix="detector-check-data-")
+    try:
+        for name, folder in channels.items():
+            os.symlink(os.path.abspath(folder), os.path.join(scratch, name))
+            report.aliases.append((os.path.join(scratch, name), os.path.abspath(folder)))
+        _check_channels(report, scratch, dict(hyperparameters or {}))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return report
 
 
