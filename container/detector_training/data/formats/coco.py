@@ -104,10 +104,20 @@ def _labelled_document(document, names, path, candidates):
 
     by_id = {c["id"]: c["name"] for c in document["categories"]}
     labelled = LabelledSet(classes=names, layout="COCO-format JSON %s" % path)
-    images = {}
+    images, listed = {}, {}
+
+    def exists(candidate):  # one listing per folder, not a stat per image
+        folder, name = os.path.split(candidate)
+        if folder not in listed:
+            try:
+                listed[folder] = set(os.listdir(folder))
+            except OSError:
+                listed[folder] = set()
+        return name in listed[folder]
+
     for entry in document["images"]:
         options = candidates(entry)
-        found = next((p for p in options if os.path.isfile(p)), None)
+        found = next((p for p in options if exists(p)), None)
         if found is None:
             raise DataError("%s: image %s (%s) is at none of %s." % (
                 path, entry["id"], entry.get("file_name") or entry.get("coco_url"),
