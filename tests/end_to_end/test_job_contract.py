@@ -33,20 +33,23 @@ def run_train(base, timeout=600):
                for name in lines]
     for reader in readers:
         reader.start()
+    hung = False
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        hung = True
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    elapsed = time.monotonic() - start
     for reader in readers:
         reader.join(30)
     text = {name: "".join(line for _t, line in got) for name, got in lines.items()}
-    if proc.returncode == -signal.SIGKILL:
+    if hung:
         pytest.fail("`train` did not end within %d s: %s" % (timeout, (text["stdout"] + text["stderr"])[-3000:]))
     result = subprocess.CompletedProcess(proc.args, proc.returncode, text["stdout"], text["stderr"])
-    result.elapsed = time.monotonic() - start
-    result.seen = lambda pattern: next((t for t, line in lines["stdout"] + lines["stderr"]
-                                        if re.search(pattern, line)), None)
+    result.elapsed = elapsed
+    result.seen = lambda pattern: min((t for t, line in lines["stdout"] + lines["stderr"]
+                                       if re.search(pattern, line)), default=None)
     return result
 
 

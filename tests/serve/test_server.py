@@ -126,7 +126,7 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_well_within_30_s(train
         time.sleep(1.0)
         sent = time.time()
         server.proc.send_signal(signal.SIGTERM)
-        assert wait_for(lambda: "Handling signal: term" in server.log, 10)
+        assert wait_for(lambda: "Handling signal: term" in server.log, 60)
         time.sleep(0.5)
         # Nothing new is answered: the master closed its socket, the busy worker accepts no more.
         assert server.ping() is None
