@@ -141,14 +141,15 @@ def is_channels_folder(path):
 
 
 def channel_formats(path):
-    """{channel name: (format name, where)}: the first channel name under which each format
-    recognises ``path`` as one channel's folder."""
+    """{format name: (channel name, where)}: the channel name under which each format
+    recognises ``path`` as one channel's folder ('train' when the format reads it there)."""
     found = OrderedDict()
     for fmt in formats.all_formats():
-        for name in fmt.channels:
+        # 'train' first: the channel users send their data in, where the format reads it.
+        for name in sorted(fmt.channels, key=lambda n: n != "train"):
             where = fmt.recognise(Channel(name, path))
             if where:
-                found.setdefault(fmt.name, (name, where))
+                found[fmt.name] = (name, where)
                 break
     return found
 
