@@ -184,5 +184,10 @@ def test_channel_names_decide_between_a_channels_folder_and_one_channel(tmp_path
     (tmp_path / "train").mkdir()
     (tmp_path / "validation").mkdir()
     assert check_data.is_channels_folder(str(tmp_path))
+    (tmp_path / "images").mkdir()  # a manifest's images beside it
+    assert check_data.is_channels_folder(str(tmp_path))
     (tmp_path / "valid").mkdir()  # Roboflow's split folder: an export, one channel
     assert not check_data.is_channels_folder(str(tmp_path))
+    only_images = tmp_path / "label-studio"
+    (only_images / "images").mkdir(parents=True)  # Label Studio's export: one channel
+    assert not check_data.is_channels_folder(str(only_images))

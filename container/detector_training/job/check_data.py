@@ -127,17 +127,17 @@ def _cell(text):
 
 # --- where the channels are ------------------------------------------------------------------
 
-def _channel_names():
-    return ({name for fmt in formats.all_formats() for name in fmt.channels}
-            | set(formats.NOT_DATA) | set(SIDE_CHANNELS))
+def _data_channels():
+    return {name for fmt in formats.all_formats() for name in fmt.channels}
 
 
 def is_channels_folder(path):
-    """Whether ``path`` is laid out as /opt/ml/input/data: it has sub-folders and each is named
-    as a channel some format reads (a single channel's folder has others: images/, VOCdevkit/,
-    Roboflow's valid/)."""
-    folders = [n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))]
-    return bool(folders) and set(folders) <= _channel_names()
+    """Whether ``path`` is laid out as /opt/ml/input/data: every sub-folder is named as a
+    channel, one of them a channel some format reads data from (a single channel's folder has
+    others, or only images/: VOCdevkit/, Roboflow's valid/, Label Studio's images/)."""
+    folders = {n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))}
+    data = _data_channels()
+    return bool(folders & data) and folders <= data | set(formats.NOT_DATA) | set(SIDE_CHANNELS)
 
 
 def channel_formats(path):
@@ -151,6 +151,10 @@ def channel_formats(path):
             if where:
                 found[fmt.name] = (name, where)
                 break
+    # A folder some format takes as 'train' is that; others' readings under other names (the
+    # built-in algorithm's annotation channel sees any JSON) are not a second format.
+    if any(name == "train" for name, _ in found.values()):
+        found = OrderedDict((k, v) for k, v in found.items() if v[0] == "train")
     return found
 
 
