@@ -197,7 +197,11 @@ def image_paths(root, split, entry):
     if entry.get("coco_url"):  # GluonCV's rule: <root>/<last folder of the URL>/<file name>
         paths.append(os.path.join(root, *entry["coco_url"].split("/")[-2:]))
     if entry.get("file_name"):
-        paths.append(os.path.join(root, entry["file_name"]))
+        # Label Studio's exports: "images\\x.jpg" when exported on Windows, or the labeller's
+        # absolute path; the export's images/ folder holds the file by its base name.
+        portable = entry["file_name"].replace("\\", "/")
+        paths.append(os.path.join(root, portable))
+        paths.append(os.path.join(root, "images", portable.rsplit("/", 1)[-1]))
     return paths
 
 
