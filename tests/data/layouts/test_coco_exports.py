@@ -164,3 +164,22 @@ def test_box_only_export_under_mask_rcnn_says_it_has_no_masks(tmp_path):
     with pytest.raises(DataError, match=r"has no usable 'segmentation'"):
         coco_format.coco_instance_class()(export.image_root, [export.split], ce.export_classes(export),
                                           annotation_files={export.split: export.annotation_file})
+
+
+def test_an_export_without_validation_is_carved_by_image_id_seeded(tmp_path):
+    bx.cvat_coco(str(tmp_path / "train"), {"default": bx.sample_objects(10)})
+    export, _ = ce.locate(str(tmp_path))
+    document = coco_format.read_document(export.annotation_file)
+    train_ids, val_ids = coco_format.carve_image_ids(document, 0.2, seed=3)
+    assert len(val_ids) == 2 and not set(train_ids) & set(val_ids)
+    assert sorted(train_ids + val_ids) == list(range(1, 11))
+    assert coco_format.carve_image_ids(document, 0.2, seed=3) == (train_ids, val_ids)
+    assert coco_format.carve_image_ids(document, 0.2, seed=4) != (train_ids, val_ids)
+    cls = coco_format.coco_dataset_class()
+    files = {export.split: export.annotation_file}
+    val = cls(export.image_root, [export.split], ce.export_classes(export), annotation_files=files,
+              image_ids=val_ids, skip_empty=False)
+    assert len(val) == 2 and sorted(val._coco[0].getImgIds()) == val_ids  # the metric's truth
+    train = cls(export.image_root, [export.split], ce.export_classes(export), annotation_files=files,
+                image_ids=train_ids)
+    assert len(train) == 8
