@@ -163,6 +163,10 @@ def test_pipe_mode_is_recognised_apart_from_an_augmented_manifest(tmp_path):
     assert rio.recognise(str(tmp_path), PIPE_CONFIG) == {"train": "Pipe mode FIFO train_0"}
     manifest = {"train": dict(PIPE_CONFIG["train"], RecordWrapperType="RecordIO")}
     assert rio.recognise(str(tmp_path), manifest) == {}
+    images = {"train": dict(PIPE_CONFIG["train"], ContentType="image/jpeg")}
+    assert rio.recognise(str(tmp_path), images) == {}
+    files = {"train": dict(PIPE_CONFIG["train"], TrainingInputMode="File")}
+    assert rio.recognise(str(tmp_path), files) == {}
 
 
 def serve_fifo(path, data):
@@ -192,19 +196,20 @@ def test_pipe_mode_drains_the_fifo_once_per_host_and_reads_it_as_files(tmp_path)
 
     def other_rank():
         world = SimpleNamespace(is_local_main=False)
-        waiting["copies"] = rio.drain_pipes(fifos, work, world, launch, wait_timeout_s=60, poll_s=0.05)
+        waiting["root"] = rio.drain_pipes(fifos, work, world, launch, wait_timeout_s=60, poll_s=0.05)
 
     waiter = threading.Thread(target=other_rank)
     waiter.start()
-    copies = rio.drain_pipes(fifos, work, SimpleNamespace(is_local_main=True), launch, 60)
+    root = rio.drain_pipes(fifos, work, SimpleNamespace(is_local_main=True), launch, 60)
     waiter.join(60)
     writer.join(5)
-    assert copies == waiting["copies"] == {"train": os.path.join(work, "recordio", "train.rec")}
-    assert open(copies["train"], "rb").read() == open(rec, "rb").read()
-    assert host_once.read_marker(os.path.join(work, "recordio"))["status"] == "ok"
-    sets = rio.read_splits(channels, drained=copies)
-    assert len(sets["train"].images) == 4 and "Pipe mode" in sets["train"].layout
-    assert sets["train"].images[0].where == "recordio/train.rec record 1"
+    assert root == waiting["root"] == os.path.join(work, "recordio")
+    copy = os.path.join(root, "train", "train.rec")
+    assert open(copy, "rb").read() == open(rec, "rb").read()
+    assert host_once.read_marker(root)["status"] == "ok"
+    sets = rio.read_splits(root)
+    assert len(sets["train"].images) == 4 and sorted(sets) == ["train"]
+    assert sets["train"].images[0].where == "train/train.rec record 1"
 
 
 def test_pipe_mode_with_broken_framing_names_the_record(tmp_path):
@@ -212,8 +217,9 @@ def test_pipe_mode_with_broken_framing_names_the_record(tmp_path):
     os.makedirs(channels)
     framed = struct.pack("<II", 0xCED7230A, 4) + b"abcd" + struct.pack("<II", 0x12345678, 4) + b"abcd"
     writer = serve_fifo(os.path.join(channels, "train_0"), framed)
-    copies = rio.drain_pipes(rio.pipe_fifos(channels, PIPE_CONFIG), str(tmp_path / "job"),
-                             SimpleNamespace(is_local_main=True), "launch", 60)
+    root = rio.drain_pipes(rio.pipe_fifos(channels, PIPE_CONFIG), str(tmp_path / "job"),
+                           SimpleNamespace(is_local_main=True), "launch", 60)
     writer.join(5)
-    with pytest.raises(DataError, match=r"record 1 is 4 bytes, shorter than an image record"):
-        rio.read_splits(channels, drained=copies)
+    with pytest.raises(DataError, match=r"train/train.rec record 1 is 4 bytes, shorter than an "
+                                        r"image record"):
+        rio.read_splits(root)

@@ -29,7 +29,6 @@ import io
 import logging
 import os
 import shutil
-import stat
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -48,7 +47,6 @@ IR_HEADER = struct.Struct("<IfQQ")  # MXNet's IRHeader: flag, label, id, id2
 PIXEL_LIMIT = 1.5  # a corner this far beyond 1.0 is a pixel coordinate, not a fraction
 DATA_DIR_NAME = "recordio"  # <work_dir>/recordio/{<channel>.rec, index/}
 LAYOUT = "SageMaker built-in Object Detection, RecordIO (im2rec detection records)"
-PIPE_LAYOUT = LAYOUT + ", Pipe mode"
 FIX = ("pack the images with im2rec --pack-label from a .lst whose label is [A, B, extra..., "
        "class, xmin, ymin, xmax, ymax, ...] (A >= 2 numbers of header, B >= 5 per object, "
        "corners as fractions of the image size).")
@@ -70,16 +68,13 @@ def rec_files(folder):
                   for name in names if name.lower().endswith(SUFFIX))
 
 
-def is_pipe(channels_dir, input_data_config, channel):
-    """Whether ``channel`` streams RecordIO files through its FIFO: Pipe mode without a record
-    wrapper (a wrapped channel is an augmented manifest), or its FIFO exists without a folder."""
-    config = input_data_config.get(channel) or {}
-    if config.get("TrainingInputMode") == "Pipe":
-        return config.get("RecordWrapperType", "None") in ("None", None, "")
-    fifo = os.path.join(channels_dir, "%s_0" % channel)
-    return (not os.path.isdir(os.path.join(channels_dir, channel)) and os.path.exists(fifo)
-            and stat.S_ISFIFO(os.stat(fifo).st_mode)
-            and config.get("ContentType") == CONTENT_TYPE)
+def is_pipe_channel(config):
+    """Whether a channel (its ``inputdataconfig.json`` entry) streams RecordIO files through its
+    FIFO: Pipe mode without a record wrapper (a wrapped channel is an augmented manifest), with
+    the RecordIO content type or none."""
+    return (config.get("TrainingInputMode") == "Pipe"
+            and config.get("RecordWrapperType") in (None, "", "None")
+            and config.get("ContentType") in (None, "", CONTENT_TYPE))
 
 
 def recognise(channels_dir, input_data_config=None):
@@ -90,7 +85,7 @@ def recognise(channels_dir, input_data_config=None):
         files = rec_files(os.path.join(channels_dir, split))
         if files:
             found[split] = "%d .rec file(s)" % len(files)
-        elif is_pipe(channels_dir, input_data_config or {}, split):
+        elif is_pipe_channel((input_data_config or {}).get(split) or {}):
             found[split] = "Pipe mode FIFO %s_0" % split
     return found
 
@@ -229,22 +224,17 @@ def read_files(paths, label_root, id_names=()):
     return LabelledSet(images, classes, drops, LAYOUT)
 
 
-def read_splits(channels_dir, id_names=(), drained=None):
-    """{split: LabelledSet} of the ``train`` and ``validation`` channels' ``.rec`` files.
-    ``drained``: {split: .rec file} copied from Pipe mode FIFOs (see :func:`drain_pipes`), read
-    in place of that channel's folder."""
-    drained = drained or {}
+def read_splits(root, id_names=()):
+    """{split: LabelledSet} of the ``.rec`` files in ``root``'s ``train`` and ``validation``
+    folders: the channels, or the host's copy of Pipe-mode channels (:func:`drain_pipes`)."""
     sets = {}
     for split in (TRAIN, VALIDATION):
-        paths = [drained[split]] if split in drained else rec_files(os.path.join(channels_dir, split))
+        paths = rec_files(os.path.join(root, split))
         if paths:
-            root = os.path.dirname(os.path.dirname(paths[0])) if split in drained else channels_dir
             sets[split] = read_files(paths, root, id_names)
-            if split in drained:
-                sets[split].layout = PIPE_LAYOUT
     if TRAIN not in sets:
         raise DataError("no RecordIO (.rec) file in the 'train' channel (%s)."
-                        % os.path.join(channels_dir, TRAIN),
+                        % os.path.join(root, TRAIN),
                         "send the .rec files im2rec wrote in the 'train' channel "
                         "(ContentType application/x-recordio).")
     return sets
@@ -320,7 +310,7 @@ class RecordDetection:
 def pipe_fifos(channels_dir, input_data_config):
     """{split: epoch-0 FIFO} of the split channels that stream RecordIO in Pipe mode."""
     return {split: os.path.join(channels_dir, "%s_0" % split) for split in (TRAIN, VALIDATION)
-            if is_pipe(channels_dir, input_data_config, split)}
+            if is_pipe_channel((input_data_config or {}).get(split) or {})}
 
 
 def copy_fifo(fifo, target, chunk=1 << 20):
@@ -336,17 +326,16 @@ def copy_fifo(fifo, target, chunk=1 << 20):
 
 
 def drain_pipes(fifos, work_dir, world, launch, wait_timeout_s, poll_s=1.0):
-    """{split: .rec file} copied from the Pipe-mode FIFOs once per host: local rank 0 copies each
-    FIFO (read once, from start to end) into ``<work_dir>/recordio/<split>.rec`` under the host's
-    lock and writes the completion marker; the host's other ranks wait for it."""
-    if not fifos:
-        return {}
+    """The folder holding the Pipe-mode channels' records, copied once per host as the channels
+    would hold them (``<work_dir>/recordio/<split>/<split>.rec``): local rank 0 copies each FIFO
+    (read once, from start to end) under the host's lock and writes the completion marker; the
+    host's other ranks wait for it."""
     root = os.path.join(os.path.abspath(work_dir), DATA_DIR_NAME)
-    copies = {split: os.path.join(root, split + SUFFIX) for split in fifos}
+    copies = {split: os.path.join(root, split, split + SUFFIX) for split in fifos}
     key = pipe_mode.drain_key(fifos, "recordio")
     if not world.is_local_main:
         host_once.wait_for_host(root, key, launch, lambda marker: True, wait_timeout_s, poll_s)
-        return copies
+        return root
     os.makedirs(work_dir, exist_ok=True)
     staging = None
     try:
@@ -358,7 +347,8 @@ def drain_pipes(fifos, work_dir, world, launch, wait_timeout_s, poll_s=1.0):
                     raise DataError("channel '%s' is in Pipe mode but its FIFO %s does not exist."
                                     % (split, fifo), "send the channel's .rec files in Pipe mode "
                                     "(ContentType application/x-recordio).")
-                sizes[split] = copy_fifo(fifo, os.path.join(staging, split + SUFFIX))
+                os.makedirs(os.path.join(staging, split))
+                sizes[split] = copy_fifo(fifo, os.path.join(staging, split, split + SUFFIX))
                 LOG.info("data: channel '%s' (Pipe mode): %.1f MB of RecordIO copied to %s",
                          split, sizes[split] / 1048576.0, copies[split])
             shutil.rmtree(root, ignore_errors=True)  # an earlier launch's copy
@@ -370,4 +360,4 @@ def drain_pipes(fifos, work_dir, world, launch, wait_timeout_s, poll_s=1.0):
             shutil.rmtree(staging, ignore_errors=True)
         host_once.write_failure_marker(root, key, launch, exc)
         raise
-    return copies
+    return root
