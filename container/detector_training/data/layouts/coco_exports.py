@@ -86,7 +86,7 @@ def find_exports(channel_dir):
     for folder in _candidates(channel_dir):
         annotations = os.path.join(folder, "annotations")
         images = os.path.join(folder, "images")
-        if os.path.isdir(annotations):
+        if os.path.isdir(annotations) and os.path.isdir(images):  # GluonCV's has <split>/
             for name in sorted(os.listdir(annotations)):
                 if name.startswith(CVAT_PREFIX) and name.endswith(".json"):
                     subset = name[len(CVAT_PREFIX):-len(".json")]
@@ -125,20 +125,30 @@ def _one(exports, role, channels_dir):
     return chosen[0] if chosen else None
 
 
-def locate(channels_dir):
-    """(training export, validation export or None): the ``train`` channel's training export;
-    the ``validation`` channel's export (any role but test), else the training channel's
-    validation subset or ``valid/`` folder. Test subsets are not read."""
-    found = recognise(channels_dir)
-    train = _one(found.get(TRAIN, []), TRAIN, channels_dir)
+def training_channel(channels_dir, names=(TRAIN,)):
+    """The first of the channels ``names`` under ``channels_dir`` that holds an export, or None."""
+    return next((os.path.join(channels_dir, n) for n in names
+                 if find_exports(os.path.join(channels_dir, n))), None)
+
+
+def locate(channels_dir, train_channels=(TRAIN,)):
+    """(training export, validation export or None): the training export of the first of
+    ``train_channels`` holding one; the ``validation`` channel's export (any role but test),
+    else the training channel's validation subset or ``valid/`` folder. Test subsets are not
+    read."""
+    channel = training_channel(channels_dir, train_channels) or os.path.join(
+        channels_dir, train_channels[0])
+    exports = find_exports(channel)
+    train = _one(exports, TRAIN, channels_dir)
     if train is None:
-        seen = ", ".join(sorted(os.listdir(os.path.join(channels_dir, TRAIN))))[:300] \
-            if os.path.isdir(os.path.join(channels_dir, TRAIN)) else "no 'train' channel"
-        raise DataError("no COCO export with training data in the 'train' channel (it holds: %s)."
-                        % seen, "send the export as the tool wrote it: CVAT's annotations/ and "
-                        "images/, Roboflow's train/ (and valid/), or Label Studio's result.json and "
+        seen = ", ".join(sorted(os.listdir(channel)))[:300] if os.path.isdir(channel) \
+            else "no '%s' channel" % os.path.basename(channel)
+        raise DataError("no COCO export with training data in the '%s' channel (it holds: %s)."
+                        % (os.path.basename(channel), seen),
+                        "send the export as the tool wrote it: CVAT's annotations/ and images/, "
+                        "Roboflow's train/ (and valid/), or Label Studio's result.json and "
                         "images/.")
-    validation = [e for e in found.get(VALIDATION, []) if e.role != TEST]
+    validation = [e for e in find_exports(os.path.join(channels_dir, VALIDATION)) if e.role != TEST]
     if len(validation) > 1:
         validation = [e for e in validation if e.role == VALIDATION] or validation
     if len(validation) > 1:
@@ -146,7 +156,7 @@ def locate(channels_dir):
             e.describe(channels_dir) for e in validation), "send one export there.")
     if validation:
         return train, validation[0]
-    return train, _one(found.get(TRAIN, []), VALIDATION, channels_dir)
+    return train, _one(exports, VALIDATION, channels_dir)
 
 
 # ------------------------------------------------------------------------------------ reading
