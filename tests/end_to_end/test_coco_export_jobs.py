@@ -58,7 +58,9 @@ def test_one_rank_trains_on_a_label_studio_export_from_windows(job_dir):
 
 
 def test_a_mask_rcnn_trains_on_a_cvat_export_with_polygons(job_dir):
-    mask = dict(EXPORT, network="mask_rcnn_resnet18_v1b_coco")
+    # CPU-sized as test_mask_rcnn_jobs.py's: the ResNet-18 FPN network, tiny images, few RoIs.
+    mask = dict(EXPORT, network="mask_rcnn_fpn_resnet18_v1b_coco", short="96", max_size="144",
+                rcnn_num_samples="64", lr="0.005", lr_base_batch_size="2", lr_warmup="4")
     base = job(str(job_dir), lambda root: bx.cvat_coco(
         root, {"Train": bx.sample_objects(6), "Validation": bx.sample_objects(2)}, polygons=True), mask)
     validation = finished(base, run_rank_job(base))
