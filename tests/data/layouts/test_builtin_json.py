@@ -136,3 +136,11 @@ def test_no_train_channels_is_a_clear_error(tmp_path):
     bx.builtin_json_split(str(tmp_path), "validation", bx.sample_objects(1), {0: "dog"})
     with pytest.raises(DataError, match=r"needs the channels 'train' \(images\) and 'train_annotation'"):
         builtin_json.read_splits(str(tmp_path))
+
+
+def test_an_image_whose_header_cannot_be_read_is_named_with_its_annotation(tmp_path):
+    bx.builtin_json_split(str(tmp_path), "train", bx.sample_objects(2), {0: "dog", 1: "cat"})
+    (tmp_path / "train" / "sample_image" / "img_001.jpg").write_bytes(b"\xff\xd8 truncated")
+    with pytest.raises(DataError, match=r"image .*sample_image/img_001.jpg \(of "
+                                        r"train_annotation/img_001.json\) cannot be read"):
+        builtin_json.read_splits(str(tmp_path))

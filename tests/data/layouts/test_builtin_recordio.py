@@ -127,24 +127,36 @@ def test_a_truncated_file_is_named_by_record(tmp_path):
         rio.read_splits(channels)
 
 
-def test_quirks_padding_clipped_no_area_unreadable(tmp_path):
+def write_records(channels, labels, images):
     import mxnet as mx
 
-    channels = str(tmp_path / "data")
     path = os.path.join(channels, "train", "train.rec")
-    os.makedirs(os.path.dirname(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     writer = mx.recordio.MXRecordIO(path, "w")
-    labels = [[2.0, 5.0, 0, -0.1, 0.1, 0.5, 0.5, 1, 0.2, 0.2, 0.2, 0.6, -1, -1, -1, -1, -1],
-              [2.0, 5.0, 1, 0.1, 0.1, 0.5, 0.5]]
-    writer.write(mx.recordio.pack(mx.recordio.IRHeader(0, labels[0], 0, 0), bx.image_bytes((64, 48))))
-    writer.write(mx.recordio.pack(mx.recordio.IRHeader(0, labels[1], 1, 0), b"not an image"))
+    for number, (label, image) in enumerate(zip(labels, images)):
+        writer.write(mx.recordio.pack(mx.recordio.IRHeader(0, label, number, 0), image))
     writer.close()
+    return channels
+
+
+def test_quirks_padding_clipped_no_area(tmp_path):
+    channels = write_records(str(tmp_path / "data"), [
+        [2.0, 5.0, 0, -0.1, 0.1, 0.5, 0.5, 1, 0.2, 0.2, 0.2, 0.6, -1, -1, -1, -1, -1]],
+        [bx.image_bytes((64, 48))])
     train = rio.read_splits(channels)["train"]
     [image] = train.images
     assert [(b.label, b.xmin, b.xmax) for b in image.boxes] == [("0", 0.0, pytest.approx(32))]
-    assert train.drops.counts() == {rio.UNREADABLE: 1, "box partly outside the image (clipped)": 1,
+    assert train.drops.counts() == {"box partly outside the image (clipped)": 1,
                                     "box with no area (dropped)": 1}
-    assert train.drops.examples(rio.UNREADABLE) == ["train/train.rec record 2"]
+    assert train.drops.examples("box with no area (dropped)") == ["train/train.rec record 1 object 2"]
+
+
+def test_a_record_whose_image_cannot_be_read_is_named(tmp_path):
+    label = [2.0, 5.0, 1, 0.1, 0.1, 0.5, 0.5]
+    channels = write_records(str(tmp_path / "data"), [label, label],
+                             [bx.image_bytes((64, 48)), b"not an image"])
+    with pytest.raises(DataError, match=r"image train/train.rec record 2 cannot be read"):
+        rio.read_splits(channels)
 
 
 def test_no_rec_file_in_train_is_a_clear_error(tmp_path):

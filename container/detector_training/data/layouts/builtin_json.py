@@ -16,10 +16,10 @@ has any, from ``id_names`` (the ``classes`` hyperparameter, naming the ids 0, 1,
 else the ids themselves ("0", "1", ...) are the names.
 
 Quirks: a box partly outside its image is clipped, a box with no area left is dropped, an
-annotation whose image is missing or unreadable is dropped, as is a second annotation of the
-same image; each is counted in the set's Drops.
-The image's own header gives its size (``image_size`` may be wrong). A broken file (not JSON, a
-field of the wrong type) is a DataError naming the file and the field.
+annotation whose image is missing is dropped, as is a second annotation of the same image; each
+is counted in the set's Drops. The image's own header gives its size (``image_size`` may be
+wrong). A broken file (not JSON, a field of the wrong type, an image whose header cannot be read)
+is a DataError naming the file and the field.
 
 Pure: JSON through :func:`core.files.read_json`, image sizes from headers (Pillow's lazy open).
 """
@@ -41,7 +41,8 @@ FIX = ("write the annotation as the built-in Object Detection algorithm's JSON: 
 
 # Drop reasons, shared with the data report.
 NO_IMAGE = "image file not found"
-UNREADABLE = "image unreadable"
+MAX_PIXELS = 200_000_000  # a header may state any size (Pillow's decompression-bomb guard)
+FIX_IMAGE = "replace the image with an intact JPEG, PNG or BMP, or remove it and its annotation."
 CLIPPED = "box partly outside the image (clipped)"
 NO_AREA = "box with no area (dropped)"
 TWICE = "image annotated twice (the later annotation dropped)"
@@ -69,15 +70,23 @@ def recognise(channels_dir):
     return found
 
 
-def header_size(path):
-    """(width, height) from the image file's header (no decode), or None when it cannot be read."""
+def header_size(source, where):
+    """(width, height) from an image's header (a path, or a binary stream; no decode), or a
+    DataError naming ``where``."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            return tuple(image.size)
-    except (OSError, UnidentifiedImageError, ValueError):
-        return None
+        with Image.open(source) as image:
+            width, height = image.size
+    except (OSError, UnidentifiedImageError, Image.DecompressionBombError, SyntaxError,
+            ValueError) as exc:
+        raise DataError("image %s cannot be read (%s)." % (where, str(exc).splitlines()[0][:200]
+                                                            if str(exc) else type(exc).__name__),
+                        FIX_IMAGE) from None
+    if width <= 0 or height <= 0 or width * height > MAX_PIXELS:
+        raise DataError("image %s states a size of %dx%d pixels." % (where, width, height),
+                        "use images of at most %d pixels." % MAX_PIXELS)
+    return width, height
 
 
 def index_images(folder):
@@ -246,10 +255,7 @@ def build_split(images_dir, parsed, names):
             drops.add(TWICE, "%s (also %s)" % (where, seen[image_path]))
             continue
         seen[image_path] = where
-        size = header_size(image_path)
-        if size is None:
-            drops.add(UNREADABLE, image_path)
-            continue
+        size = header_size(image_path, "%s (of %s)" % (image_path, where))
         kept = []
         for class_id, left, top, width, height, what in boxes:
             box_where = "%s %s" % (where, what)

@@ -19,9 +19,10 @@ host copies the FIFO's bytes to a ``.rec`` file under the work directory once (u
 
 Class names: the records carry class ids only; the ``classes`` hyperparameter names them in id
 order, else the ids are the names ("0", "1", ...). Quirks as the other layouts: a box partly
-outside its image is clipped, one with no area dropped, an unreadable image dropped, each counted.
-A record that is not detection data (a scalar label, A < 2, B < 5, a length that is not A plus
-whole objects, pixel coordinates) is a DataError naming the file and the record number.
+outside its image is clipped, one with no area dropped, each counted. A record that is not
+detection data (a scalar label, A < 2, B < 5, a length that is not A plus whole objects, pixel
+coordinates, image bytes whose header cannot be read) is a DataError naming the file and the
+record number.
 """
 
 import hashlib
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 
 from detector_training.data import host_once, pipe_mode
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
-from detector_training.data.layouts.builtin_json import UNREADABLE, clip_box
+from detector_training.data.layouts.builtin_json import clip_box, header_size
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
@@ -145,17 +146,6 @@ def parse_objects(label, where):
     return objects
 
 
-def image_size(data):
-    """(width, height) from the image bytes' header, or None when they are no image."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            return tuple(image.size)
-    except (OSError, UnidentifiedImageError, ValueError):
-        return None
-
-
 class _Position:
     """A binary stream that counts the bytes read from it (a FIFO cannot tell)."""
 
@@ -178,7 +168,8 @@ def scan_file(path, label):
         for number, payload in pipe_mode.read_records(stream, label):
             where = "%s record %d" % (label, number)
             numbers, image = parse_record(payload, where)
-            records.append((number, start, parse_objects(numbers, where), image_size(image)))
+            records.append((number, start, parse_objects(numbers, where),
+                            header_size(io.BytesIO(image), where)))
             start = stream.position
     return records
 
@@ -209,9 +200,6 @@ def read_files(paths, label_root, id_names=()):
     for path, label, records in scanned:
         for number, offset, objects, size in records:
             where = "%s record %d" % (label, number)
-            if size is None:
-                drops.add(UNREADABLE, where)
-                continue
             width, height = size
             boxes = []
             for index, (class_id, xmin, ymin, xmax, ymax) in enumerate(objects, 1):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from detector_training.core.files import path_inside
 from detector_training.data.coco_format import category_names, read_document
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
-from detector_training.data.layouts.builtin_json import NO_IMAGE, UNREADABLE, clip_box, header_size
+from detector_training.data.layouts.builtin_json import NO_IMAGE, clip_box, header_size
 from detector_training.errors import DataError
 
 CVAT, ROBOFLOW, LABEL_STUDIO = "CVAT COCO 1.0", "Roboflow COCO", "Label Studio COCO"
@@ -212,10 +212,7 @@ def read_labelled(export, channels_dir):
         if path is None:
             drops.add(NO_IMAGE, "%s (file_name %s)" % (where, file_name))
             continue
-        size = header_size(path)  # the image's own size wins over the JSON's
-        if size is None:
-            drops.add(UNREADABLE, path)
-            continue
+        size = header_size(path, "%s (%s)" % (path, where))  # its own size wins over the JSON's
         width, height = size
         boxes = []
         for number, ann in by_image.get(entry["id"], []):
