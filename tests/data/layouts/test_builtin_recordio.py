@@ -235,3 +235,17 @@ def test_pipe_mode_with_broken_framing_names_the_record(tmp_path):
     with pytest.raises(DataError, match=r"train/train.rec record 1 is 4 bytes, shorter than an "
                                         r"image record"):
         rio.read_splits(root)
+
+
+def test_without_an_index_folder_the_dataset_keeps_a_private_one_and_removes_it(tmp_path):
+    import gc
+
+    channels = str(tmp_path / "data")
+    bx.builtin_recordio_channels(channels, str(tmp_path / "work"), n_train=2, n_val=0)
+    train = rio.read_splits(channels)["train"]
+    dataset = rio.RecordDetection(train.images, [np.zeros((1, 5), "float32")] * 2, train.classes)
+    [index_dir] = {os.path.dirname(p) for p in dataset._indexes.values()}
+    assert dataset[1][0].shape == (48, 64, 3) and os.path.isdir(index_dir)
+    del dataset
+    gc.collect()
+    assert not os.path.exists(index_dir)

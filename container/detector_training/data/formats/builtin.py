@@ -13,7 +13,6 @@ algorithm's ``validation:mAP``.
 """
 
 import os
-import tempfile
 
 from detector_training.data import host_once
 from detector_training.data.formats.data_format import LabelledFormat
@@ -75,6 +74,5 @@ class Builtin(LabelledFormat):
 
     def detection_reader(self, images, labels, classes):
         if images and isinstance(images[0], builtin_recordio.RecordImage):
-            index_dir = tempfile.mkdtemp(prefix="detector-recordio-index-")
-            return builtin_recordio.RecordDetection(images, labels, classes, index_dir)
+            return builtin_recordio.RecordDetection(images, labels, classes)
         return super().detection_reader(images, labels, classes)

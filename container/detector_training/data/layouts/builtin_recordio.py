@@ -32,6 +32,7 @@ import os
 import shutil
 import struct
 import tempfile
+import weakref
 from dataclasses import dataclass
 
 from detector_training.data import host_once, pipe_mode
@@ -257,12 +258,16 @@ class RecordDetection:
     """Detection samples read from ``.rec`` files by offset: ``dataset[i]`` is ``(image NDArray
     HxWx3, label float32 rows [x1, y1, x2, y2, class])``, the image decoded from its record with
     MXNet (``MXIndexedRecordIO.read_idx``, ``recordio.unpack``, ``image.imdecode``). Each process
-    opens its own readers (data-loader workers are forked)."""
+    opens its own readers (data-loader workers are forked). ``index_dir``: where the index files
+    go; None: a private temporary folder, removed with the dataset."""
 
-    def __init__(self, images, labels, classes, index_dir):
+    def __init__(self, images, labels, classes, index_dir=None):
         self._paths = [image.path for image in images]
         self._labels = list(labels)
         self._classes = tuple(classes)
+        if index_dir is None:  # a private folder, removed when the dataset is
+            index_dir = tempfile.mkdtemp(prefix="detector-recordio-index-")
+            weakref.finalize(self, shutil.rmtree, index_dir, True)
         self._indexes = write_indexes(images, index_dir)
         self._readers, self._pid = {}, None
 
