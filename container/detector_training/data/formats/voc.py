@@ -105,7 +105,8 @@ class CustomVOC(VOC):
             "channel '%s' holds no VOCdevkit/VOC<year> tree and none of the tars %s (its top "
             "level: %s)" % (name, ", ".join(s.name for s in specs),
                             ", ".join(sorted(os.listdir(path))[:12]) or "nothing")
-            if path else "there is no %s channel" % " or ".join(self.channels)),
+            if path else "no '%s' channel (nor %s) holds data" % (
+                self.channels[0], " or ".join("'%s'" % c for c in self.channels[1:]))),
             "put the VOCdevkit tree (VOCdevkit/VOC<year>/Annotations, JPEGImages, "
             "ImageSets/Main) in the 'train' channel, or your own tars with data_checksums "
             "naming them; the official VOC tars are dataset=voc.")
