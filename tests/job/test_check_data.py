@@ -191,3 +191,61 @@ def test_channel_names_decide_between_a_channels_folder_and_one_channel(tmp_path
     only_images = tmp_path / "label-studio"
     (only_images / "images").mkdir(parents=True)  # Label Studio's export: one channel
     assert not check_data.is_channels_folder(str(only_images))
+
+
+# --- every export layout the tests can build, as its tool writes it ---------------------------
+
+def _items(count):
+    import builtin_exports
+
+    return builtin_exports.sample_objects(count)
+
+
+def _export_cases():
+    import builtin_exports as built
+
+    return {
+        "built-in algorithm, image format": (
+            lambda root: built.builtin_json_channels(root), "builtin", (6, 3)),
+        "built-in algorithm, RecordIO": (
+            lambda root: built.builtin_recordio_channels(root, root + "-work"), "builtin", (6, 3)),
+        "CVAT COCO 1.0": (
+            lambda root: built.cvat_coco(os.path.join(root, "train"), {"default": _items(4)}),
+            "coco", (4, None)),
+        "Roboflow COCO": (
+            lambda root: built.roboflow_coco(os.path.join(root, "train"),
+                                             {"train": _items(4), "valid": _items(2)}),
+            "coco", (4, 2)),
+        "Label Studio COCO": (
+            lambda root: built.label_studio_coco(os.path.join(root, "train"), _items(4)),
+            "coco", (4, None)),
+    }
+
+
+EXPORTS = ["built-in algorithm, image format", "built-in algorithm, RecordIO", "CVAT COCO 1.0",
+           "Roboflow COCO", "Label Studio COCO"]
+
+
+@pytest.mark.parametrize("layout", EXPORTS)
+def test_every_export_layout_is_reported_as_a_channels_folder_and_as_one_channel(tmp_path, layout):
+    build, dataset, (n_train, n_val) = _export_cases()[layout]
+    channels = tmp_path / "data"
+    build(str(channels))
+    for path in [channels] + ([channels / "train"] if dataset != "builtin" else []):
+        report = check(str(path))
+        assert report.ok, (path, report.problems)
+        assert report.dataset == dataset
+        assert [s.images for s in report.splits] == [n for n in (n_train, n_val) if n is not None]
+        assert sum(report.splits[0].objects.values()) > 0
+        if n_val is None:
+            assert any("carved" in note for note in report.notes)
+
+
+def test_a_broken_builtin_annotation_file_is_a_problem_naming_it(tmp_path):
+    build, _dataset, _sizes = _export_cases()["built-in algorithm, image format"]
+    build(str(tmp_path / "data"))
+    victim = sorted((tmp_path / "data" / "train_annotation").glob("*.json"))[1]
+    victim.write_text(victim.read_text()[:30])
+    assert main([str(tmp_path / "data")]) == 1
+    report = check(str(tmp_path / "data"))
+    assert victim.name in report.problems[0].cause and report.problems[0].fix
