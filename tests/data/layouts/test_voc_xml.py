@@ -22,7 +22,7 @@ def test_labelimg_annotation_gives_0_based_corners_and_keeps_the_path_unused(tmp
     got = [(b.label, b.xmin, b.ymin, b.xmax, b.ymax) for b in annotation.objects]
     assert got == [(n, float(max(0, x0)), float(max(0, y0)), float(x1), float(y1))
                    for n, x0, y0, x1, y1 in photo.objects]
-    assert annotation.objects[0].where == "%s line 14" % (tmp_path / "a.xml")
+    assert annotation.objects[-1].where == "%s object %d" % (tmp_path / "a.xml", len(photo.objects))
 
 
 def test_cvat_decimals_nested_source_annotation_and_roboflow_corner_order(tmp_path):
