@@ -117,7 +117,7 @@ def test_other_image_types_are_counted_not_read(tmp_path):
     ("train: images/train\nnames: &n [a]\nval: *n\n", r"aliases are not accepted"),
     ("train: images/train\nnames: {0: a, 2: b}\n", r"ids of 'names' are 0, 2"),
     ("train: images/train\nnc: 3\nnames: [a, b]\n", r"nc is 3 but 'names' has 2"),
-    ("names: [a]\nval: images/train\n", r"names no 'train' split"),
+    ("names: [a]\ntest: \n", r"names no split \(train, val, test\)"),
     ("train: images/nowhere\nnames: [a]\n", r"'train: images/nowhere' is not in the data"),
     ("train: ../../etc\nnames: [a]\n", r"is not in the data"),
     ("- a\n- b\n", r"holds no mapping"),

@@ -7,3 +7,15 @@ recognises and reads the folder shapes VOC XML comes in (a VOCdevkit tree, CVAT'
 ``images`` finds an annotation's image and reads its size from the file's header. No MXNet, no
 image decoding: the data check runs them as they are.
 """
+
+
+def split_names(export, role):
+    """The names of an export's splits that serve ``role`` ("train", "validation"): those of that
+    role (``valid`` and ``val`` are validation), and for "train" the export's only split when its
+    name gives no role (a CVAT subset called "batch 1"). [] when none."""
+    roles = export.roles()
+    if roles.get(role):
+        return list(roles[role])
+    if role == "train" and len(export.splits) == 1 and not set(roles) & {"validation", "test"}:
+        return list(export.splits)
+    return []

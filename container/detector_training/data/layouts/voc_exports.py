@@ -89,8 +89,12 @@ class VocExport:
         names = list(self.splits) if splits is None else [splits] if isinstance(splits, str) else list(splits)
         for name in names:
             if name not in self.splits:
-                raise DataError("the %s in %s has no split '%s'; it has %s."
-                                % (self.layout, self.root, name, ", ".join(sorted(self.splits))),
+                year, _, subset = name.partition("_")
+                listed = ("VOC%s/ImageSets/Main/%s.txt is missing: " % (year, subset)
+                          if self.layout == VOCDEVKIT else "")
+                raise DataError("%sthe %s in %s has no split '%s'; it has %s."
+                                % (listed, self.layout, self.root, name,
+                                   ", ".join(sorted(self.splits)) or "none"),
                                 "name one of its splits.")
         index = self.index()
         drops, adjusted, images, used = Drops(), Drops(), [], set()
@@ -287,6 +291,6 @@ def find_export(directory):
         return None
     for finder in (_devkit, _voc_folders, _roboflow, _labelimg):
         found = finder(directory)
-        if found is not None and found.splits:
+        if found is not None and any(found.splits.values()):
             return found
     return None

@@ -269,8 +269,8 @@ def find_export(directory):
         for key, name in SPLIT_KEYS.items():
             if data.get(key):
                 splits[name] = _sources(data[key], root, yaml_path, key)
-        if "train" not in splits:
-            raise DataError("dataset YAML %s names no 'train' split." % yaml_path,
+        if not splits:
+            raise DataError("dataset YAML %s names no split (train, val, test)." % yaml_path,
                             "add 'train: <folder of training images>'.")
         return YoloExport(yaml_path, root, names, splits,
                           ROBOFLOW if "roboflow" in data else ULTRALYTICS)
