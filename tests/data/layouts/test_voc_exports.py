@@ -220,3 +220,16 @@ def test_labelmap_lines_and_subset_files(tmp_path):
     for name in ("train", "val", "cat_train", "cat_val", "hot_dog_train"):
         (main / (name + ".txt")).write_text("")
     assert sorted(voc_exports.subset_files(str(main))) == ["train", "val"]
+
+
+def test_split_names_by_role_and_an_only_split_of_any_name_trains(tmp_path):
+    from detector_training.data.layouts import split_names
+
+    exports.cvat_voc(str(tmp_path / "a"), subsets=(("Train", 2), ("val", 1), ("Test", 1)))
+    export = voc_exports.find_export(str(tmp_path / "a"))
+    assert split_names(export, "train") == ["Train"] and split_names(export, "validation") == ["val"]
+    exports.cvat_voc(str(tmp_path / "b"), subsets=(("batch 1", 2),))
+    assert split_names(voc_exports.find_export(str(tmp_path / "b")), "train") == ["batch 1"]
+    exports.cvat_voc(str(tmp_path / "c"), subsets=(("Validation", 2),))
+    only_val = voc_exports.find_export(str(tmp_path / "c"))
+    assert split_names(only_val, "train") == [] and split_names(only_val, "validation") == ["Validation"]
