@@ -87,3 +87,13 @@ def test_among_several_the_one_beside_then_the_closest_folders(tmp_path):
     assert index.find("c.jpg", str(tmp_path / "xml" / "train" / "c.xml")) == deeper
     with pytest.raises(DataError, match="matches several images equally"):
         index.find("c.jpg", str(tmp_path / "xml" / "c.xml"))
+
+
+def test_an_exif_orientation_is_not_applied_by_the_size_or_the_decoder(tmp_path):
+    import mxnet as mx
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees to show": what a phone writes for a portrait photo
+    Image.new("RGB", (40, 30), (10, 20, 30)).save(tmp_path / "phone.jpg", exif=exif.tobytes())
+    assert images.image_size(str(tmp_path / "phone.jpg")) == (40, 30)
+    assert mx.image.imread(str(tmp_path / "phone.jpg"), 1).shape == (30, 40, 3)  # as stored
