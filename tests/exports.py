@@ -275,3 +275,26 @@ def ultralytics_yolo(root, train=6, val=3, seed=0, grey=(1,), unlabelled=(2,), n
            "# Classes\nnames:\n%s" % (name, name, "".join("  %d: %s\n" % (i, c)
                                                            for i, c in enumerate(CLASSES))))
     return made
+
+
+# A job around an export ---------------------------------------------------------------------
+
+FILE_CHANNEL = {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated",
+                "RecordWrapperType": "None"}
+
+
+def job(base, hyperparameters, channels):
+    """A SageMaker job tree under ``base``: ``channels`` {name: a function laying an export out in
+    that channel's folder}, hyperparameters.json (strings, as SageMaker sends them) and
+    inputdataconfig.json naming the channels."""
+    import json
+
+    for name, lay_out in channels.items():
+        lay_out(os.path.join(base, "input", "data", name))
+    config_dir = os.path.join(base, "input", "config")
+    os.makedirs(config_dir, exist_ok=True)
+    with open(os.path.join(config_dir, "hyperparameters.json"), "w") as handle:
+        json.dump({k: str(v) for k, v in hyperparameters.items()}, handle)
+    with open(os.path.join(config_dir, "inputdataconfig.json"), "w") as handle:
+        json.dump({name: FILE_CHANNEL for name in channels}, handle)
+    return base
