@@ -74,7 +74,8 @@ class CustomVOC(LabelledFormat):
             "export) and none of the tars %s (its top level: %s)"
             % (name, ", ".join(s.name for s in specs), ", ".join(sorted(os.listdir(path))[:12])
                or "nothing")
-            if path else "there is no %s channel" % " or ".join(DATA_CHANNELS)),
+            if path else "no '%s' channel (nor %s) holds data" % (
+                DATA_CHANNELS[0], " or ".join("'%s'" % c for c in DATA_CHANNELS[1:]))),
             "put the export as the labelling tool wrote it (CVAT, labelImg, Roboflow; see "
             "docs/data.md), or a VOCdevkit tree, in the 'train' channel, or your own tars with "
             "data_checksums naming them; the official VOC tars are dataset=voc.")
