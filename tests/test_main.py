@@ -23,7 +23,7 @@ from detector_training.core.distributed import SingleProcess, World
 from detector_training.core.engine import (CheckpointHook, EpochSetupHook, FinalModelHook,
                                            LearningRateHook, MetricLogHook, StopHook, ValidationHook)
 from detector_training.core.tensorboard_events import TensorBoardHook
-from detector_training.data.formats.voc import CustomVOC
+from detector_training.data.formats.custom import CustomVOC
 from detector_training.job.config import from_hyperparameters
 
 CLASSES = ("a", "b")
