@@ -42,7 +42,7 @@ def install_for_this_process(handler, signums):
             os.kill(os.getpid(), signum)
             return
         if _exit_code is not None:
-            leave_now(_exit_code, "received signal %d after the job ended" % signum)
+            leave_now(_exit_code, "received signal %d after its work ended" % signum)
         handler(signum, frame)
 
     def default_in_child():
@@ -69,7 +69,7 @@ def begin_exit(code, bound_s=EXIT_BOUND_S):
     _exit_code = code
     LOG.info("exit: leaving with code %d (at most %d s from now)", code, bound_s)
     guard = threading.Timer(bound_s, leave_now,
-                            (code, "still running %d s after the job ended" % bound_s))
+                            (code, "still running %d s after its work ended" % bound_s))
     guard.daemon = True  # never what keeps the interpreter alive
     guard.start()
 
