@@ -1,5 +1,7 @@
 import io
 import logging
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -88,9 +90,11 @@ class Stop:
 
 
 def sleeper():
-    """A real process group standing in for mpirun and its ranks (a child that sleeps too)."""
+    """A real process standing in for mpirun, and its child for a rank: in a process group of its
+    own, as OpenMPI starts ranks."""
     script = ("import subprocess, sys, time\n"
-              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],\n"
+              "                         start_new_session=True)\n"
               "print(child.pid, flush=True)\n"
               "time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True,
@@ -137,6 +141,7 @@ def test_a_stop_after_the_job_finished_ends_the_ranks_at_once(tmp_path):
 
 def test_ranks_that_do_not_stop_are_ended_after_the_stop_grace(tmp_path, caplog):
     proc, child = sleeper()
+    os.kill(child, signal.SIGSTOP)  # a frozen rank
     with caplog.at_level("ERROR", logger="detector_training"):
         code = supervise(proc, Stop(since=time.time()), str(tmp_path / "job-finished"), poll_s=0.1,
                          stop_grace_s=1)

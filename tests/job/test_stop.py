@@ -75,14 +75,14 @@ def test_a_settled_process_stuck_on_its_way_out_leaves_after_the_bound_with_its_
     code, out, took = run_exit_probe(3, 1.0)
     assert code == 3, out
     assert "exit: leaving with code 3 (at most 1 s from now)" in out
-    assert "exit: still running 1 s after the job ended; leaving now with code 3" in out
+    assert "exit: still running 1 s after its work ended; leaving now with code 3" in out
     assert took >= 1.0
 
 
 def test_sigterm_in_the_exit_phase_ends_the_process_at_once():
     code, out, took = run_exit_probe(0, 600, signal_after_s=0.5)
     assert code == 0, out
-    assert "received signal 15 after the job ended; leaving now with code 0" in out
+    assert "received signal 15 after its work ended; leaving now with code 0" in out
     assert "stopping at the next step boundary" not in out  # not taken as a stop request
     assert took < 60, took  # the bound was 600 s: a deadline that only catches a hang
 

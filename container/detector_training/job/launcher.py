@@ -211,13 +211,26 @@ def supervise(proc, stop, finished, poll_s=0.5, stop_grace_s=STOP_GRACE_S,
 
 def end_process_group(proc, grace_s=10):
     """SIGTERM to mpirun's process group (mpirun ends its ranks), SIGKILL after ``grace_s``; the
-    exit code. A rank frozen (SIGSTOP) or blocked in a collective takes the SIGKILL."""
+    exit code. OpenMPI starts each rank in a process group of its own, so ranks still there once
+    mpirun is gone (frozen by SIGSTOP, blocked in a collective) get a SIGKILL of their own."""
+    import psutil
+
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        ranks = []
     os.killpg(proc.pid, signal.SIGTERM)
     try:
-        return proc.wait(timeout=grace_s)
+        code = proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait()
+        code = proc.wait()
+    for rank in ranks:
+        try:
+            rank.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return code
 
 
 class MpirunReport:
