@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+import psutil
+
 from conftest import BIN, make_job, train_env
 
 EXIT_BOUND_S = 60  # after `finished:`; a healthy job exits in seconds
@@ -59,15 +61,13 @@ class TimedJob:
         while self.finished_at is None and self.proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         if self.finished_at is None:
-            self.proc.poll() is None and self.proc.kill()
-            self.proc.wait()
+            self.kill_tree()
             return "did not finish: " + "".join(self.lines)[-3000:]
         try:
             self.proc.wait(timeout=max(0.0, self.finished_at + EXIT_BOUND_S - time.time()))
         except subprocess.TimeoutExpired:
             stack = where_it_waits(self.proc.pid)
-            self.proc.kill()
-            self.proc.wait()
+            self.kill_tree()
             return "still running %d s after `finished:`:\n%s" % (EXIT_BOUND_S, stack)
         self.exited_at = time.time()
         self._reader.join(10)
@@ -77,6 +77,20 @@ class TimedJob:
         if FORCED in out:
             return "exited only through the exit guard: " + out[-3000:]
         return None
+
+    def kill_tree(self):
+        """Kill the job and its loader workers (a stuck job's workers outlive it otherwise)."""
+        try:
+            processes = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            processes = []
+        self.proc.kill()
+        self.proc.wait()
+        for process in processes:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
 
     @property
     def exit_took(self):
