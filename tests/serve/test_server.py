@@ -177,14 +177,16 @@ def test_a_broken_model_is_an_error_in_the_log_and_never_healthy(trained_models,
 
 
 WORKER_EXIT_PROBE = """
-import atexit, sys, threading
+import atexit, os, sys, threading, types
 from detector_training.serve.server import leave_within_bound, setup_logging
 setup_logging()
+worker = types.SimpleNamespace(pid=os.getpid())
+leave_within_bound(None, types.SimpleNamespace(pid=os.getpid() + 1))  # the master's call: no-op
 atexit.register(threading.Event().wait)  # an exit handler that waits forever
 try:  # gunicorn's spawn_worker: the worker's SystemExit, then worker_exit in `finally`
     sys.exit(int(sys.argv[1]))
 finally:
-    leave_within_bound(None, None)
+    leave_within_bound(None, worker)
 """
 
 

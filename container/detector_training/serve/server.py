@@ -112,9 +112,12 @@ class Server(BaseApplication):
         return create_app(model, self.env)
 
 
-def leave_within_bound(_arbiter, _worker):
+def leave_within_bound(_arbiter, worker):
     """gunicorn's ``worker_exit`` hook, in the worker as it exits (SystemExit in flight): it then
-    leaves with that code within WORKER_EXIT_BOUND_S (job/stop.py ``begin_exit``)."""
+    leaves with that code within WORKER_EXIT_BOUND_S (job/stop.py ``begin_exit``). gunicorn also
+    calls it in the master for a worker found gone: nothing to do there."""
+    if worker.pid != os.getpid():
+        return
     exc = sys.exc_info()[1]
     code = exc.code if isinstance(exc, SystemExit) else 1 if exc else 0
     begin_exit(code if isinstance(code, int) else 0 if code is None else 1, WORKER_EXIT_BOUND_S)
