@@ -20,13 +20,18 @@ sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "end_to
 from exit_race import EXIT_BOUND_S, run_jobs  # noqa: E402 (after the path)
 
 
+def report(n, problem, seconds):
+    print("job %d: %s" % (n, "PROBLEM" if problem else "exited %.2f s after finished:" % seconds),
+          flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--parallel", type=int, default=2)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="exit-race-") as root:
-        problems, took = run_jobs(root, args.jobs, args.parallel)
+        problems, took = run_jobs(root, args.jobs, args.parallel, progress=report)
     print("| jobs | exited within %d s of `finished:` | seconds to exit: median | max |"
           % EXIT_BOUND_S)
     print("|---|---|---|---|")

@@ -97,9 +97,10 @@ class TimedJob:
         return self.exited_at - self.finished_at
 
 
-def run_jobs(root, count, parallel=2, timeout_s=900):
+def run_jobs(root, count, parallel=2, timeout_s=900, progress=None):
     """``count`` short jobs (``parallel`` at a time) with num_workers=4 beside a CPU hog; returns
-    (problems by job, seconds from `finished:` to exit of the jobs that exited)."""
+    (problems by job, seconds from `finished:` to exit of the jobs that exited). ``progress(n,
+    problem, seconds)`` is called as each job ends."""
     hyperparameters = {"epochs": "1", "num_workers": "4", "batch_size": "1", "val_interval": "1"}
     problems, took = {}, []
     hog = cpu_hog()
@@ -116,6 +117,8 @@ def run_jobs(root, count, parallel=2, timeout_s=900):
                     problems[n] = problem
                 else:
                     took.append(job.exit_took)
+                if progress:
+                    progress(n, problem, None if problem else job.exit_took)
     finally:
         hog.kill()
         hog.wait()

@@ -29,11 +29,32 @@ def rank_processes(launcher_pid):
     found = []
     for proc in psutil.Process(launcher_pid).children(recursive=True):
         try:
-            if "detector_training.rank" in " ".join(proc.cmdline()):
+            cmdline = proc.cmdline()
+            if os.path.basename(cmdline[0]).startswith("python") and \
+                    "detector_training.rank" in cmdline:
                 found.append(proc)
-        except psutil.NoSuchProcess:
+        except (psutil.NoSuchProcess, IndexError):
             pass
     return found
+
+
+def end_tree(proc):
+    """Kill a `train` process still running, and everything under it (the test's cleanup)."""
+    if proc.poll() is not None:
+        return
+    below = psutil.Process(proc.pid).children(recursive=True)
+    for process in below:
+        try:
+            process.send_signal(signal.SIGCONT)
+        except psutil.NoSuchProcess:
+            pass
+    proc.kill()
+    proc.wait()
+    for process in below:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def test_sigterm_ends_a_job_with_a_frozen_rank_within_sagemakers_120_s(job_dir):
@@ -68,15 +89,13 @@ def test_sigterm_ends_a_job_with_a_frozen_rank_within_sagemakers_120_s(job_dir):
         gone, alive = psutil.wait_procs(ranks, timeout=10)
         assert not alive, "ranks left behind: %s" % alive
     finally:
+        end_tree(proc)
         for rank in ranks:
             try:
                 rank.send_signal(signal.SIGCONT)
                 rank.kill()
             except psutil.NoSuchProcess:
                 pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_a_killed_rank_is_named_with_its_host_in_the_failure_file(job_dir):
@@ -97,9 +116,7 @@ def test_a_killed_rank_is_named_with_its_host_in_the_failure_file(job_dir):
         rank.kill()
         code = proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        end_tree(proc)
     out = open(log_path).read()
     assert code != 0, out[-3000:]
     failure = open(os.path.join(base, "output", "failure")).read()
