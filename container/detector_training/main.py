@@ -214,8 +214,14 @@ def make_loaders(config, family, network, datasets, world, per_rank_batch, ctx):
                             network.max_size, world.local_size)
     train_data = family.train_loader(config, network.net, datasets, world, per_rank_batch, steps,
                                      workers)
-    val_loader, val_indices = family.val_loader(config, network.net, datasets, world, workers)
-    family.materialize(network.net, train_data.first_batch(), ctx)
+    val_loader = None
+    try:
+        val_loader, val_indices = family.val_loader(config, network.net, datasets, world, workers)
+        family.materialize(network.net, train_data.first_batch(), ctx)
+    except BaseException:
+        close_loader(train_data.loader)
+        close_loader(val_loader)
+        raise
     return Loaders(train_data, val_loader, val_indices, steps)
 
 
