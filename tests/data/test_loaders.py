@@ -113,4 +113,3 @@ def test_close_loader_kills_a_worker_that_never_finishes_and_the_process_still_e
     assert report["alive"] == []
     assert "worker process(es) still running 2 s after the loader was closed; killing them" in out
     assert report["took"] < 60  # the 3600 s item was not waited for
-=======
