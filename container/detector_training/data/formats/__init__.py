@@ -13,6 +13,7 @@ import logging
 import os
 
 from detector_training.data.common import carve_validation, final_fit
+from detector_training.data.formats.builtin import Builtin
 from detector_training.data.formats.coco import COCO
 from detector_training.data.formats.data_format import (FORMAT_OPTIONS, Channel, DataFormat,
                                                         LabelledFormat)
@@ -46,7 +47,7 @@ def unregister(name):
     _REGISTERED.pop(name, None)
 
 
-for _builtin in (VOC, CustomVOC, COCO, GroundTruthManifest):
+for _builtin in (VOC, CustomVOC, COCO, GroundTruthManifest, Builtin):
     register(_builtin)
 
 
