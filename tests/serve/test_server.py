@@ -181,3 +181,33 @@ def test_a_broken_model_is_an_error_in_the_log_and_never_healthy(trained_models,
         assert "Traceback" not in server.log
     finally:
         server.stop()
+
+
+WORKER_EXIT_PROBE = """
+import atexit, os, sys, threading, types
+from detector_training.serve.server import leave_within_bound, setup_logging
+setup_logging()
+worker = types.SimpleNamespace(pid=os.getpid())
+leave_within_bound(None, types.SimpleNamespace(pid=os.getpid() + 1))  # the master's call: no-op
+atexit.register(threading.Event().wait)  # an exit handler that waits forever
+try:  # gunicorn's spawn_worker: the worker's SystemExit, then worker_exit in `finally`
+    sys.exit(int(sys.argv[1]))
+finally:
+    leave_within_bound(None, worker)
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3])  # 3: gunicorn's boot error, which stops the server
+def test_a_worker_whose_exit_hangs_leaves_within_the_bound_with_its_own_code(code):
+    import subprocess
+    import sys
+
+    from detector_training.serve.server import WORKER_EXIT_BOUND_S
+
+    started = time.time()
+    result = subprocess.run([sys.executable, "-c", WORKER_EXIT_PROBE, str(code)],
+                            capture_output=True, text=True, timeout=120)  # only catches a hang
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "exit: still running %d s after its work ended; leaving now with code %d" % (
+        WORKER_EXIT_BOUND_S, code) in result.stdout
+    assert time.time() - started >= WORKER_EXIT_BOUND_S
