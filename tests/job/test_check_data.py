@@ -203,8 +203,21 @@ def _items(count):
 
 def _export_cases():
     import builtin_exports as built
+    import exports
 
     return {
+        "labelImg, XML beside each image": (
+            lambda root: exports.labelimg_beside(os.path.join(root, "train")), "custom", (6, None)),
+        "labelImg, separate save folder": (
+            lambda root: exports.labelimg_separate(os.path.join(root, "train")), "custom", (6, None)),
+        "CVAT Pascal VOC 1.1": (
+            lambda root: exports.cvat_voc(os.path.join(root, "train")), "custom", (6, None)),
+        "Roboflow Pascal VOC": (
+            lambda root: exports.roboflow_voc(os.path.join(root, "train")), "custom", (6, 3)),
+        "Ultralytics YOLO": (
+            lambda root: exports.ultralytics_yolo(os.path.join(root, "train")), "yolo", (6, 3)),
+        "Roboflow YOLO": (
+            lambda root: exports.roboflow_yolo(os.path.join(root, "train")), "yolo", (6, 3)),
         "built-in algorithm, image format": (
             lambda root: built.builtin_json_channels(root), "builtin", (6, 3)),
         "built-in algorithm, RecordIO": (
@@ -222,7 +235,9 @@ def _export_cases():
     }
 
 
-EXPORTS = ["built-in algorithm, image format", "built-in algorithm, RecordIO", "CVAT COCO 1.0",
+EXPORTS = ["labelImg, XML beside each image", "labelImg, separate save folder",
+           "CVAT Pascal VOC 1.1", "Roboflow Pascal VOC", "Ultralytics YOLO", "Roboflow YOLO",
+           "built-in algorithm, image format", "built-in algorithm, RecordIO", "CVAT COCO 1.0",
            "Roboflow COCO", "Label Studio COCO"]
 
 
@@ -249,3 +264,36 @@ def test_a_broken_builtin_annotation_file_is_a_problem_naming_it(tmp_path):
     assert main([str(tmp_path / "data")]) == 1
     report = check(str(tmp_path / "data"))
     assert victim.name in report.problems[0].cause and report.problems[0].fix
+
+
+@pytest.mark.parametrize("layout, damage, named", [
+    ("labelImg, XML beside each image", "truncate_xml", ".xml"),
+    ("labelImg, XML beside each image", "word_for_number", "line"),
+    ("Ultralytics YOLO", "bad_yolo_line", "line 1"),
+])
+def test_a_broken_export_file_is_a_problem_naming_it(tmp_path, layout, damage, named):
+    build, _dataset, _sizes = _export_cases()[layout]
+    channels = tmp_path / "data"
+    build(str(channels))
+    if damage == "bad_yolo_line":
+        victim = sorted(p for p in (channels / "train").rglob("*.txt") if "labels" in p.parts
+                        and p.read_text().strip())[0]
+        victim.write_text("0 0.5 half 0.2 0.2\n")
+    else:
+        victim = sorted((channels / "train").rglob("*.xml"))[0]
+        text = victim.read_text()
+        victim.write_text(text[:len(text) // 2] if damage == "truncate_xml"
+                          else text.replace("<xmin>", "<xmin>left", 1))
+    assert main([str(channels)]) == 1
+    report = check(str(channels))
+    assert victim.name in report.problems[0].cause and named in report.problems[0].cause
+
+
+def test_an_entity_bomb_is_refused_naming_the_file(tmp_path):
+    build, _dataset, _sizes = _export_cases()["labelImg, XML beside each image"]
+    build(str(tmp_path / "data"))
+    victim = sorted((tmp_path / "data" / "train").rglob("*.xml"))[0]
+    victim.write_text('<?xml version="1.0"?><!DOCTYPE a [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;&a;">]>'
+                      "<annotation><filename>&b;</filename></annotation>")
+    report = check(str(tmp_path / "data"))
+    assert not report.ok and victim.name in report.problems[0].cause
