@@ -12,7 +12,7 @@ Pure values: no MXNet, no image decoding.
 
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 EXAMPLES_PER_REASON = 5  # how many places a Drops tally keeps per reason, for the report
 
@@ -40,6 +40,11 @@ class LabelledImage:
     boxes: list = field(default_factory=list)
     size: tuple = None
     where: str = ""
+
+    def key(self):
+        """What makes two entries the same image (a layout storing several images in one file
+        adds where in the file)."""
+        return os.path.normcase(os.path.normpath(self.path))
 
 
 class Drops:
@@ -137,7 +142,7 @@ def clean(labelled, classes=()):
     adjusted = Drops().merge(labelled.adjusted)
     seen, images = set(), []
     for image in labelled.images:
-        key = _path_key(image.path)
+        key = image.key()
         if key in seen:
             drops.add(REPEATED_IMAGE, image.where or image.path)
             continue
@@ -159,13 +164,9 @@ def clean(labelled, classes=()):
                     continue
                 box = Box(box.xmin, box.ymin, box.xmax, box.ymax, name, box.difficult, box.where)
             boxes.append(box)
-        images.append(LabelledImage(image.path, boxes, image.size, image.where))
+        images.append(replace(image, boxes=boxes))  # a layout's own fields (a record's offset) kept
     declared = tuple(asked.values()) if asked else tuple(labelled.classes)
     return LabelledSet(images, declared, drops, labelled.layout, adjusted)
-
-
-def _path_key(path):
-    return os.path.normcase(os.path.normpath(path))
 
 
 def _fit_box(box, size, drops, adjusted):

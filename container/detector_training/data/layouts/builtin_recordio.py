@@ -18,8 +18,9 @@ host copies the FIFO's bytes to a ``.rec`` file under the work directory once (u
 :mod:`host_once`'s lock and marker), and every rank reads that copy as in File mode.
 
 Class names: the records carry class ids only; the ``classes`` hyperparameter names them in id
-order, else the ids are the names ("0", "1", ...). Quirks as the other layouts: a box partly
-outside its image is clipped, one with no area dropped, each counted. A record that is not
+order, else the ids are the names ("0", "1", ...). Quirks as the other layouts
+(:func:`labelled.clean`, once the fractions are pixels): a box partly outside its image is
+clipped, one with no area dropped, each counted. A record that is not
 detection data (a scalar label, A < 2, B < 5, a length that is not A plus whole objects, pixel
 coordinates, image bytes whose header cannot be read) is a DataError naming the file and the
 record number.
@@ -36,8 +37,8 @@ import weakref
 from dataclasses import dataclass
 
 from detector_training.data import host_once, pipe_mode
-from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
-from detector_training.data.layouts.builtin_json import clip_box, header_size
+from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
+from detector_training.data.layouts.images import image_size
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
@@ -60,6 +61,9 @@ class RecordImage(LabelledImage):
     offset of its record there."""
 
     offset: int = 0
+
+    def key(self):
+        return (super().key(), self.offset)  # every record of a file shares its path
 
 
 def rec_files(folder):
@@ -170,7 +174,7 @@ def scan_file(path, label):
             where = "%s record %d" % (label, number)
             numbers, image = parse_record(payload, where)
             records.append((number, start, parse_objects(numbers, where),
-                            header_size(io.BytesIO(image), where)))
+                            image_size(io.BytesIO(image), where)))
             start = stream.position
     return records
 
@@ -197,20 +201,17 @@ def read_files(paths, label_root, id_names=()):
         classes = tuple(id_names)
     else:
         classes = tuple(str(class_id) for class_id in range(max(used) + 1)) if used else ()
-    drops, images = Drops(), []
+    images = []
     for path, label, records in scanned:
         for number, offset, objects, size in records:
             where = "%s record %d" % (label, number)
             width, height = size
-            boxes = []
-            for index, (class_id, xmin, ymin, xmax, ymax) in enumerate(objects, 1):
-                box_where = "%s object %d" % (where, index)
-                corners = clip_box(xmin * width, ymin * height, xmax * width, ymax * height,
-                                   width, height, drops, box_where)
-                if corners:
-                    boxes.append(Box(*corners, label=classes[class_id], where=box_where))
+            # Corners are fractions of the image here; labelled.clean clips pixels.
+            boxes = [Box(xmin * width, ymin * height, xmax * width, ymax * height,
+                         classes[class_id], where="%s object %d" % (where, index))
+                     for index, (class_id, xmin, ymin, xmax, ymax) in enumerate(objects, 1)]
             images.append(RecordImage(path, boxes, size, where, offset=offset))
-    return LabelledSet(images, classes, drops, LAYOUT)
+    return clean(LabelledSet(images, classes, Drops(), LAYOUT))
 
 
 def read_splits(root, id_names=()):
