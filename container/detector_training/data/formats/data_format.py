@@ -237,10 +237,11 @@ class LabelledFormat(DataFormat):
         LOG.info("data: %s %s: %s, %d images, objects per class: %s", self.name, what,
                  labelled.layout or self.title, len(labelled.images),
                  ", ".join("%s %d" % item for item in counts.items()))
-        if drops:
-            LOG.info("data: %s %s: left out: %s", self.name, what, "; ".join(
-                "%s: %d (%s)" % (reason, count, ", ".join(drops.examples(reason)))
-                for reason, count in drops.counts().items()))
+        for heading, tally in (("left out", drops), ("changed but kept", labelled.adjusted)):
+            if tally:
+                LOG.info("data: %s %s: %s: %s", self.name, what, heading, "; ".join(
+                    "%s: %d (%s)" % (reason, count, ", ".join(tally.examples(reason)))
+                    for reason, count in tally.counts().items()))
 
 
 class LabelledDetection:
