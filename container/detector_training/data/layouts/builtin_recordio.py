@@ -151,31 +151,19 @@ def parse_objects(label, where):
     return objects
 
 
-class _Position:
-    """A binary stream that counts the bytes read from it (a FIFO cannot tell)."""
-
-    def __init__(self, stream):
-        self._stream, self.position = stream, 0
-
-    def read(self, size):
-        data = self._stream.read(size)
-        self.position += len(data)
-        return data
-
-
 def scan_file(path, label):
     """[(record number, byte offset, objects, image size or None)] of every record of one
     ``.rec`` file, read with the framing reader; ``label`` names the file in errors."""
     records = []
     with open(path, "rb") as handle:
-        stream = _Position(handle)
+        stream = pipe_mode.CountingReader(handle)
         start = 0
         for number, payload in pipe_mode.read_records(stream, label):
             where = "%s record %d" % (label, number)
             numbers, image = parse_record(payload, where)
             records.append((number, start, parse_objects(numbers, where),
                             image_size(io.BytesIO(image), where)))
-            start = stream.position
+            start = stream.count
     return records
 
 
@@ -327,31 +315,19 @@ def drain_pipes(fifos, work_dir, world, launch, wait_timeout_s, poll_s=1.0):
     root = os.path.join(os.path.abspath(work_dir), DATA_DIR_NAME)
     copies = {split: os.path.join(root, split, split + SUFFIX) for split in fifos}
     key = pipe_mode.drain_key(fifos, "recordio")
-    if not world.is_local_main:
-        host_once.wait_for_host(root, key, launch, lambda marker: True, wait_timeout_s, poll_s)
-        return root
-    os.makedirs(work_dir, exist_ok=True)
-    staging = None
-    try:
-        with host_once.HostLock(os.path.join(os.path.abspath(work_dir), "." + DATA_DIR_NAME + ".lock")):
-            staging = tempfile.mkdtemp(prefix=".%s-staging-" % DATA_DIR_NAME, dir=work_dir)
-            sizes = {}
-            for split, fifo in sorted(fifos.items()):
-                if not os.path.exists(fifo):
-                    raise DataError("channel '%s' is in Pipe mode but its FIFO %s does not exist."
-                                    % (split, fifo), "send the channel's .rec files in Pipe mode "
-                                    "(ContentType application/x-recordio).")
-                os.makedirs(os.path.join(staging, split))
-                sizes[split] = copy_fifo(fifo, os.path.join(staging, split, split + SUFFIX))
-                LOG.info("data: channel '%s' (Pipe mode): %.1f MB of RecordIO copied to %s",
-                         split, sizes[split] / 1048576.0, copies[split])
-            shutil.rmtree(root, ignore_errors=True)  # an earlier launch's copy
-            os.rename(staging, root)
-            staging = None
-            host_once.write_marker(root, status="ok", key=key, launch=launch, bytes=sizes)
-    except BaseException as exc:
-        if staging:
-            shutil.rmtree(staging, ignore_errors=True)
-        host_once.write_failure_marker(root, key, launch, exc)
-        raise
-    return root
+
+    def fill(staging):
+        sizes = {}
+        for split, fifo in sorted(fifos.items()):
+            if not os.path.exists(fifo):
+                raise DataError("channel '%s' is in Pipe mode but its FIFO %s does not exist."
+                                % (split, fifo), "send the channel's .rec files in Pipe mode "
+                                "(ContentType application/x-recordio).")
+            os.makedirs(os.path.join(staging, split))
+            sizes[split] = copy_fifo(fifo, os.path.join(staging, split, split + SUFFIX))
+            LOG.info("data: channel '%s' (Pipe mode): %.1f MB of RecordIO copied to %s",
+                     split, sizes[split] / 1048576.0, copies[split])
+        return {"bytes": sizes}
+
+    return host_once.fill_once(root, key, launch, world.is_local_main, fill, wait_timeout_s,
+                               poll_s)
