@@ -14,6 +14,8 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
+from detector_training.errors import DataError
+
 EXAMPLES_PER_REASON = 5  # how many places a Drops tally keeps per reason, for the report
 
 
@@ -108,6 +110,29 @@ class LabelledSet:
             for box in image.boxes:
                 counts[box.label] = counts.get(box.label, 0) + 1
         return counts
+
+
+def merge_class_ids(found, id_word, ids_word, fix_two_names, fix_two_ids):
+    """One {class id: name} from [(where, {id: name})] (every annotation file's or line's own
+    map); an id with two names, or a name with two ids, is a DataError naming both places. The
+    words name the ids as the layout does ("class_id", "class_ids")."""
+    names, first = {}, {}
+    for where, mapping in found:
+        for class_id, name in mapping.items():
+            if class_id in names and names[class_id] != name:
+                raise DataError("%s %d is '%s' in %s but '%s' in %s." % (
+                    id_word, class_id, names[class_id], first[class_id], name, where),
+                    fix_two_names)
+            names.setdefault(class_id, name)
+            first.setdefault(class_id, where)
+    by_name = {}
+    for class_id in sorted(names):
+        other = by_name.setdefault(names[class_id], class_id)
+        if other != class_id:
+            raise DataError("class '%s' has the %s %d (%s) and %d (%s)." % (
+                names[class_id], ids_word, other, first[other], class_id, first[class_id]),
+                fix_two_ids)
+    return names
 
 
 # Reasons, as the data report and the log name them.

@@ -28,7 +28,8 @@ Pure: JSON through :func:`core.files.read_json`, image sizes from headers (Pillo
 import os
 
 from detector_training.core.files import json_preview, path_inside, read_json
-from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
+from detector_training.data.labelled import (Box, Drops, LabelledImage, LabelledSet, clean,
+                                            merge_class_ids)
 from detector_training.data.layouts.images import ImageIndex, image_size
 from detector_training.errors import DataError
 
@@ -141,23 +142,9 @@ def parse_annotation(document, where):
 def merge_names(found):
     """One {class id: name} from [(file, {id: name})]; an id with two names, or a name with two
     ids, is a DataError naming both files."""
-    names, first = {}, {}
-    for where, mapping in found:
-        for class_id, name in mapping.items():
-            if class_id in names and names[class_id] != name:
-                raise DataError("class_id %d is '%s' in %s but '%s' in %s." % (
-                    class_id, names[class_id], first[class_id], name, where),
-                    "give each class_id one name in every file's categories.")
-            names.setdefault(class_id, name)
-            first.setdefault(class_id, where)
-    by_name = {}
-    for class_id in sorted(names):
-        other = by_name.setdefault(names[class_id], class_id)
-        if other != class_id:
-            raise DataError("class '%s' has the class_ids %d (%s) and %d (%s)." % (
-                names[class_id], other, first[other], class_id, first[class_id]),
-                "give each class one class_id in every file's categories.")
-    return names
+    return merge_class_ids(found, "class_id", "class_ids",
+                           "give each class_id one name in every file's categories.",
+                           "give each class one class_id in every file's categories.")
 
 
 def parse_split(annotations_dir):
