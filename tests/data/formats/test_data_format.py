@@ -132,3 +132,20 @@ def test_a_channel_lists_its_top_level_and_knows_pipe_mode(tmp_path):
     (tmp_path / "train").mkdir()
     assert given_format.channel_path(str(tmp_path), "train") == os.path.join(str(tmp_path), "train")
     assert given_format.channel_path(str(tmp_path), "validation") is None
+
+
+def test_an_export_is_looked_for_once_per_folder_and_its_absence_named(tmp_path):
+    looked = []
+
+    def find(folder):
+        looked.append(folder)
+        return None if folder.endswith("empty") else ("export of", folder)
+
+    fmt = Given()
+    assert fmt.export_in("/ch/train", find, "things", "fix") == ("export of", "/ch/train")
+    assert fmt.export_in("/ch/train", find, "things", "fix") == ("export of", "/ch/train")
+    assert looked == ["/ch/train"]
+    with pytest.raises(DataError, match=r"channel folder /ch/empty holds no things\.") as caught:
+        fmt.export_in("/ch/empty", find, "things", "put them there.")
+    assert caught.value.fix == "put them there."
+    assert Given().export_in("/ch/train", find, "things", "fix") and len(looked) == 3  # per format

@@ -166,6 +166,17 @@ class LabelledFormat(DataFormat):
         super().data_root(config, env, world)
         return env.paths.channels_dir
 
+    def export_in(self, folder, find, holds_no, fix):
+        """The export ``find`` recognises in ``folder`` (looked for once per folder), or a
+        DataError naming the folder: "channel folder <folder> holds no <holds_no>."."""
+        exports = vars(self).setdefault("_exports", {})
+        if folder not in exports:
+            export = find(folder)
+            if export is None:
+                raise DataError("channel folder %s holds no %s." % (folder, holds_no), fix)
+            exports[folder] = export
+        return exports[folder]
+
     def read(self, config, data_root, instances=False):
         train_set = self.read_labelled(data_root, "train", config)
         if train_set is None:
