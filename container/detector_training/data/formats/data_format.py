@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from detector_training.data.common import Datasets, SubsetDataset
+from detector_training.data.common import SubsetDataset, with_validation
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
 
@@ -191,17 +191,10 @@ class LabelledFormat(DataFormat):
             raise DataError("the training data (%s) has no labelled object." % train_set.layout,
                             "label at least one object, or name the classes with 'classes'.")
         train, ratios = self.labelled_dataset(train_set, classes, config.skip_empty, "training")
-        if val_set is not None:
-            val, val_ratios = self.labelled_dataset(val_set, classes, config.skip_empty,
-                                                    "validation")
-            return Datasets(train=train, val=val, classes=classes, aspect_ratios=ratios,
-                            val_aspect_ratios=val_ratios)
-        datasets = Datasets(train=train, val=None, classes=classes, aspect_ratios=ratios)
-        if config.val_fraction > 0:
-            return datasets  # build_datasets carves it
-        from detector_training.data.common import carve_validation
-
-        return carve_validation(datasets, self.DEFAULT_VAL_FRACTION, config.seed)
+        val, val_ratios = (self.labelled_dataset(val_set, classes, config.skip_empty, "validation")
+                           if val_set is not None else (None, None))
+        return with_validation(train, ratios, classes, val, val_ratios, config.val_fraction,
+                               self.DEFAULT_VAL_FRACTION, config.seed)
 
     def labelled_dataset(self, labelled, classes, skip_empty, what):
         """(a SubsetDataset of the set's images with label rows of ``classes``, aspect ratios)."""
