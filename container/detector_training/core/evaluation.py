@@ -24,6 +24,16 @@ def make_metric(config, datasets, save_prefix):
                                    cleanup=True)
     from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 
+    return VOC07MApMetric(iou_thresh=config.overlap_threshold, class_names=list(datasets.classes))
+
+
+def make_ap50_metric(config, datasets):
+    """A second VOC07 metric at IoU 0.5 when ``overlap_threshold`` moved the mAP's (else None: the
+    mAP is the AP50)."""
+    if config.dataset == "coco" or config.overlap_threshold == 0.5:
+        return None
+    from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
+
     return VOC07MApMetric(iou_thresh=0.5, class_names=list(datasets.classes))
 
 
@@ -66,7 +76,8 @@ def combine(metric, per_rank_results, coco=False):
 
 
 def voc_result(names, values):
-    """VOC07MApMetric.get(): per-class APs then the mAP, at IoU 0.5 (so AP50 is the mAP)."""
+    """VOC07MApMetric.get(): per-class APs then the mAP, at its IoU threshold (0.5 unless
+    overlap_threshold says otherwise; then score_boxes replaces AP50)."""
     values = [float(v) for v in np.atleast_1d(values)]
     headline = ap_fraction(values[-1])
     return {"mAP": headline, "AP50": headline,
@@ -105,7 +116,11 @@ def score_boxes(config, datasets, gathered, scratch_dir):
     import os
 
     metric = make_metric(config, datasets, os.path.join(scratch_dir, "boxes"))
-    return combine(metric, gathered, coco=config.dataset == "coco")
+    result = combine(metric, gathered, coco=config.dataset == "coco")
+    ap50 = make_ap50_metric(config, datasets)
+    if ap50 is not None:
+        result["AP50"] = combine(ap50, gathered)["mAP"]
+    return result
 
 
 # --- masks: shared by Mask R-CNN's validation and by predict -----------------------------------

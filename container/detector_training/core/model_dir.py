@@ -4,7 +4,8 @@ and limits, written here and read here.
 Written by the main rank, each file atomically:
 
 * while training: ``model-best.params`` and ``validation-best.json`` at each new best mAP;
-* after a completed run: ``model.params`` (final), ``classes.json``, ``config.json`` (effective
+* after a completed run: ``model.params`` (final; after early stopping the best, with
+  ``stopped.json`` saying why it stopped), ``classes.json``, ``config.json`` (effective
   configuration), ``history.json`` (per epoch), ``validation.json`` (last validation), the
   deployable ``model-symbol.json`` + ``model-0000.params`` (the family's export), and the report
   (``training_curves.png``, ``per_class_ap.md``/``.csv``).
@@ -33,6 +34,7 @@ CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
 VALIDATION_FILE = "validation.json"
 VALIDATION_BEST_FILE = "validation-best.json"
+STOPPED_FILE = "stopped.json"  # why early stopping ended the run (only then)
 EXPORT_PREFIX = "model"  # the family's export: model-symbol.json + model-0000.params
 SYMBOL_FILE = EXPORT_PREFIX + "-symbol.json"
 EXPORT_PARAMS = EXPORT_PREFIX + "-0000.params"
@@ -62,8 +64,16 @@ class ModelDirectory:
         atomic_save(self._file(BEST_PARAMS), net.save_parameters)
         write_json(self._file(VALIDATION_BEST_FILE), validation)
 
+    def load_best(self, net, ctx):
+        """Put ``model-best.params`` into ``net``; the validation it scored (None when no best
+        was saved)."""
+        if not os.path.isfile(self._file(BEST_PARAMS)):
+            return None
+        net.load_parameters(self._file(BEST_PARAMS), ctx=ctx)
+        return read_json(self._file(VALIDATION_BEST_FILE), 64 << 20, error=ModelError, fix=FIX)
+
     def write_final(self, *, family, config, net, classes, effective_config, history, validation,
-                    fitted):
+                    fitted, stopped=None):
         os.makedirs(self.path, exist_ok=True)
         atomic_save(self._file(FINAL_PARAMS), net.save_parameters)
         write_json(self._file(CLASSES_FILE), list(classes))
@@ -71,6 +81,8 @@ class ModelDirectory:
         write_json(self._file(HISTORY_FILE), history)
         if validation is not None:
             write_json(self._file(VALIDATION_FILE), validation)
+        if stopped is not None:
+            write_json(self._file(STOPPED_FILE), stopped)
         family.export(config, classes, self._file(FINAL_PARAMS), self._file(EXPORT_PREFIX), fitted)
         from detector_training.core.report import write_report
 

@@ -67,7 +67,8 @@ class FasterRCNN(DetectorFamily):
         overrides = {"num_sample": config.rcnn_num_samples} if config.rcnn_num_samples else None
         return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
                                  own_networks=OWN_NETWORKS, builder=self.zoo_builder,
-                                 overrides=overrides, per_device_batch_size=per_rank_batch)
+                                 overrides=overrides, nms_threshold=config.nms_threshold,
+                                 per_device_batch_size=per_rank_batch)
 
     def fit_to_data(self, net, config, datasets):
         train_post, test_post = fit_proposals_to_images(net, config, datasets)
