@@ -137,10 +137,13 @@ def test_after_early_stopping_the_best_model_is_loaded_and_the_reason_written(tm
     directory = ModelDirectory(str(tmp_path / "model"))
     net = _LoadableNet()
     assert directory.load_best(net, None) is None and net.loaded is None  # no best yet
-    best = {"mAP": 0.5, "AP50": 0.5, "per_class": {"a": 0.5}, "images": 2, "epoch": 1}
+    best = {"mAP": 0.5, "AP50": 0.5, "per_class": {"a": 0.5, "b": float("nan")}, "images": 2, "epoch": 1}
     directory.save_best(_Net(), best)
-    assert directory.load_best(net, None) == best
+    assert directory.load_best(net, None) is best
     assert net.loaded == str(tmp_path / "model" / "model-best.params")
+    # after a resume, from the file the run before wrote (NaN for a class without objects)
+    resumed = ModelDirectory(str(tmp_path / "model")).load_best(_LoadableNet(), None)
+    assert resumed["per_class"]["a"] == 0.5 and resumed["per_class"]["b"] != resumed["per_class"]["b"]
     stopped = {"epoch": 4, "best_epoch": 1, "reason": "mAP did not improve"}
     directory.write_final(family=_Family(), config=None, net=net, classes=("a",), effective_config={},
                           fitted={}, history=[{"epoch": 0, "a_loss": 1.0, "lr": 0.1, "mAP": 0.5}],

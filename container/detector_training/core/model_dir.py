@@ -16,6 +16,7 @@ under ``MODEL_LIMITS`` (``extract_model``). A model may come from a user, so wha
 capped and shape-checked, and every problem is a :class:`~detector_training.errors.ModelError`.
 """
 
+import json
 import logging
 import os
 import posixpath
@@ -55,6 +56,7 @@ class ModelDirectory:
 
     def __init__(self, path):
         self.path = path
+        self.best_validation = None  # what save_best last wrote
 
     def _file(self, name):
         return os.path.join(self.path, name)
@@ -63,6 +65,7 @@ class ModelDirectory:
         os.makedirs(self.path, exist_ok=True)
         atomic_save(self._file(BEST_PARAMS), net.save_parameters)
         write_json(self._file(VALIDATION_BEST_FILE), validation)
+        self.best_validation = validation
 
     def load_best(self, net, ctx):
         """Put ``model-best.params`` into ``net``; the validation it scored (None when no best
@@ -70,7 +73,11 @@ class ModelDirectory:
         if not os.path.isfile(self._file(BEST_PARAMS)):
             return None
         net.load_parameters(self._file(BEST_PARAMS), ctx=ctx)
-        return read_json(self._file(VALIDATION_BEST_FILE), 64 << 20, error=ModelError, fix=FIX)
+        if self.best_validation is None:  # saved before a resume, by this job: its own file,
+            # which holds NaN for a class without objects (json's reading, not parse_json's)
+            with open(self._file(VALIDATION_BEST_FILE), encoding="utf-8") as handle:
+                self.best_validation = json.load(handle)
+        return self.best_validation
 
     def write_final(self, *, family, config, net, classes, effective_config, history, validation,
                     fitted, stopped=None):
