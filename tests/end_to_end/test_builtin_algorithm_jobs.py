@@ -8,21 +8,21 @@ import re
 from conftest import make_job, run_rank_job
 
 # The example notebook's hyperparameters (object_detection_recordio_format.ipynb) with the sizes
-# made tiny: batch, image shape, epochs, the generated data's 3 classes and 4 images, no
+# made tiny: batch, image shape, epochs, the generated data's 3 classes and 2 images, no
 # downloaded weights.
 NOTEBOOK_TINY = {"base_network": "resnet-50", "use_pretrained_model": "0", "num_classes": "3",
                  "mini_batch_size": "2", "epochs": "1", "learning_rate": "0.001",
                  "lr_scheduler_step": "3,6", "lr_scheduler_factor": "0.1", "optimizer": "sgd",
                  "momentum": "0.9", "weight_decay": "0.0005", "overlap_threshold": "0.5",
                  "nms_threshold": "0.45", "image_shape": "128", "label_width": "350",
-                 "num_training_samples": "4"}
+                 "num_training_samples": "2"}
 # What the generated data needs that the built-in algorithm has no name for.
 DATA = {"dataset": "custom", "classes": "circle,square,triangle", "train_splits": "2007_trainval",
         "num_workers": "0", "log_interval": "1"}
 
 
 def builtin_job(job_dir, hyperparameters):
-    base = make_job(job_dir, {}, n_train=4, n_test=2)
+    base = make_job(job_dir, {}, n_train=2, n_test=1)
     with open(os.path.join(base, "input", "config", "hyperparameters.json"), "w") as handle:
         json.dump(hyperparameters, handle)
     return base

@@ -61,3 +61,11 @@ def test_the_definitions_sent_with_a_job_cover_every_registered_family():
     names = {d["Name"] for d in METRIC_DEFINITIONS}
     for family in families.all_families():
         assert {d["Name"] for d in definitions_for(family.name)} <= names
+
+
+def test_the_built_in_algorithms_metric_names_are_defined_for_every_family():
+    # A tuning job written for the built-in Object Detection algorithm reads these names; its
+    # train:cross_entropy and train:smooth_l1 are the SSD family's losses.
+    for name in [f.name for f in families.all_families()]:
+        defined = {d["Name"] for d in definitions_for(name)}
+        assert {"validation:mAP", "train:throughput", "train:progress"} <= defined, name
