@@ -137,7 +137,8 @@ def test_overlap_threshold_applies_to_the_voc_metric_only():
     assert cfg.from_hyperparameters({"overlap_threshold": "0.7"}).overlap_threshold == pytest.approx(0.7)
     with pytest.raises(ConfigError) as err:
         cfg.from_hyperparameters({"dataset": "coco", "overlap_threshold": "0.7"})
-    assert "overlap_threshold=0.7: COCO's mAP averages IoU 0.50:0.95" in str(err.value)
+    assert "overlap_threshold=0.7: dataset=coco is scored by COCO's mAP, which averages IoU 0.50:0.95" \
+        in str(err.value)
 
 
 def test_the_built_in_names_are_valid_names_for_the_key_check():

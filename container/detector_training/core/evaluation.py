@@ -16,25 +16,17 @@ import re
 import numpy as np
 
 
-def make_metric(config, datasets, save_prefix):
-    if config.dataset == "coco":
+def make_metric(datasets, save_prefix, iou_thresh=0.5):
+    """A fresh metric of the kind the data's format names (``datasets.metric``): GluonCV's COCO
+    metric over the validation annotations, or VOC07 mAP at IoU ``iou_thresh``."""
+    if datasets.metric == "coco":
         from gluoncv.utils.metrics.coco_detection import COCODetectionMetric
 
         return COCODetectionMetric(getattr(datasets.val, "base", datasets.val), save_prefix + "_eval",
                                    cleanup=True)
     from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 
-    return VOC07MApMetric(iou_thresh=config.overlap_threshold, class_names=list(datasets.classes))
-
-
-def make_ap50_metric(config, datasets):
-    """A second VOC07 metric at IoU 0.5 when ``overlap_threshold`` moved the mAP's (else None: the
-    mAP is the AP50)."""
-    if config.dataset == "coco" or config.overlap_threshold == 0.5:
-        return None
-    from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
-
-    return VOC07MApMetric(iou_thresh=0.5, class_names=list(datasets.classes))
+    return VOC07MApMetric(iou_thresh=iou_thresh, class_names=list(datasets.classes))
 
 
 def detect_boxes(net, loader, indices, ctx):
@@ -111,15 +103,16 @@ def ap_fraction(value):
     return 0.0 if math.isnan(value) or value < 0 else value
 
 
-def score_boxes(config, datasets, gathered, scratch_dir):
-    """Every rank's box detections scored with a fresh metric: VOC07 mAP, or COCO's for coco."""
+def score_boxes(datasets, gathered, scratch_dir, overlap_threshold=0.5):
+    """Every rank's box detections scored with a fresh metric of the data format's kind (VOC07's
+    at IoU ``overlap_threshold``, AP50 at 0.5)."""
     import os
 
-    metric = make_metric(config, datasets, os.path.join(scratch_dir, "boxes"))
-    result = combine(metric, gathered, coco=config.dataset == "coco")
-    ap50 = make_ap50_metric(config, datasets)
-    if ap50 is not None:
-        result["AP50"] = combine(ap50, gathered)["mAP"]
+    prefix = os.path.join(scratch_dir, "boxes")
+    result = combine(make_metric(datasets, prefix, overlap_threshold), gathered,
+                     coco=datasets.metric == "coco")
+    if datasets.metric != "coco" and overlap_threshold != 0.5:  # the mAP is not at 0.5: AP50 is
+        result["AP50"] = combine(make_metric(datasets, prefix), gathered)["mAP"]
     return result
 
 
