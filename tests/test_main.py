@@ -23,7 +23,7 @@ from detector_training.core.distributed import SingleProcess, World
 from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, EpochSetupHook, FinalModelHook,
                                            LearningRateHook, MetricLogHook, StopHook, ValidationHook)
 from detector_training.core.tensorboard_events import TensorBoardHook
-from detector_training.data.formats.voc import CustomVOC
+from detector_training.data.formats.custom import CustomVOC
 from detector_training.job.config import from_hyperparameters
 
 CLASSES = ("a", "b")
@@ -129,7 +129,7 @@ def make_env(tmp_path, model_channel=None):
         paths=SimpleNamespace(model_dir=str(tmp_path / "model"),
                               tensorboard_dir=str(tmp_path / "output" / "tensorboard")),
         checkpoint_dir=str(tmp_path / "checkpoints"), work_dir=str(tmp_path / "work"),
-        pretrained_dirs=(), environ={},
+        stop_file=str(tmp_path / "work" / "stop-requested"), pretrained_dirs=(), environ={},
         channel_dir=lambda name: model_channel if name == "model" else None,
         data_channel=lambda names: ("coco", str(tmp_path / "coco")) if "coco" in names
         else (None, None))
@@ -334,9 +334,13 @@ def test_run_job_trains_validates_checkpoints_and_writes_the_model(tmp_path, mon
     monkeypatch.setattr(main, "data_root", lambda *args: str(tmp_path / "voc"))
     monkeypatch.setattr(main, "validate", lambda *args: {"mAP": 0.5, "AP50": 0.6,
                                                          "per_class": {"a": 0.5}, "images": 3})
+    closed = []
+    monkeypatch.setattr(main, "close_loader", closed.append)
     config = make_config(epochs="2", lr="0.01", lr_warmup="0")
     with caplog.at_level(logging.INFO, logger="detector_training"):
         result = main.run_job(config, make_env(tmp_path), RankDist(), Stop())
+    assert len(closed) == 2 and closed[1] == "val-loader"  # both loaders, before returning
+    assert os.path.exists(tmp_path / "work" / "job-finished")  # train's exit clock starts
     assert result["mAP"] == 0.5 and result["epoch"] == 1
     assert family.calls[0] == "check_config"
     model = tmp_path / "model"
@@ -361,3 +365,4 @@ def test_a_stop_request_ends_the_loop_with_a_checkpoint_and_no_final_model(tmp_p
     assert "stopped: rank=0 steps=3 at epoch 0 iteration 2" in caplog.text
     assert os.listdir(tmp_path / "checkpoints")
     assert not os.path.exists(tmp_path / "model" / "model.params")
+    assert not os.path.exists(tmp_path / "work" / "job-finished")  # stopped, not finished

@@ -30,6 +30,7 @@ from detector_training.core.model_dir import ModelDirectory
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
+from detector_training.data.loaders import close_loader
 from detector_training.data.samplers import steps_per_epoch
 from detector_training.errors import ConfigError
 from detector_training.job.config_file import load_config
@@ -37,13 +38,15 @@ from detector_training.job.failure import report_failure
 from detector_training.job.guards import adapt_workers, check_gpu_runs, gpu_count
 from detector_training.job.logs import setup_logging
 from detector_training.job.sm_env import Environment, JobPaths, base_dir
-from detector_training.job.stop import RankStop
+from detector_training.job.stop import RankStop, begin_exit, mark_finished
 
 LOG = logging.getLogger("detector_training")
 
 
 def job_main(base=None, install_signals=True):
-    """One rank of the job in ``base`` (default: $SAGEMAKER_BASE_DIR or /opt/ml); the exit code."""
+    """One rank of the job in ``base`` (default: $SAGEMAKER_BASE_DIR or /opt/ml); the exit code.
+    ``install_signals``: the process is this rank's own, so its SIGTERM handler and its exit
+    bound (stop.begin_exit) are set here; false where the caller owns them (the launcher)."""
     env = None
     failure_path = JobPaths(base or base_dir()).failure_file
     try:
@@ -58,11 +61,14 @@ def job_main(base=None, install_signals=True):
         setup_logging(dist.world.rank, config.verbose)
         run_job(config, env, dist, stop)
         dist.shutdown()
-        return 0
+        code = 0
     except BaseException as exc:  # the one top-level handler of a rank
         if env is None:
             setup_logging(0)
-        return report_failure(exc, failure_path)
+        code = report_failure(exc, failure_path)
+    if install_signals:
+        begin_exit(code)  # the model or the failure file is written: leave within a bound
+    return code
 
 
 def set_engine_threads(config, environ=os.environ):
@@ -86,24 +92,31 @@ def run_job(config, env, dist, stop):
     network = build_network(config, env, family, datasets, per_rank_batch, ctx)
     effective = dict(effective, short=list(network.train_shorts), max_size=network.max_size)
     loaders = make_loaders(config, family, network, datasets, world, per_rank_batch, ctx)
+    try:
+        manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
+        resume = starting_point(manager, env, dist, network.net, ctx)
+        hybridize(network.net, config)
+        base_lr = config.effective_lr(world.size)
+        trainer = make_trainer(config, network.net, dist, base_lr)
+        if resume:
+            resume_trainer(resume, trainer)
 
-    manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
-    resume = starting_point(manager, env, dist, network.net, ctx)
-    hybridize(network.net, config)
-    base_lr = config.effective_lr(world.size)
-    trainer = make_trainer(config, network.net, dist, base_lr)
-    if resume:
-        resume_trainer(resume, trainer)
-
-    checkpoints = CheckpointHook(manager, effective)
-    hooks = make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
-                       checkpoints, effective, base_lr)
-    engine = Engine(config=config, world=world, dist=dist, net=network.net, trainer=trainer,
-                    step=family.make_step(network.net, config, ctx, trainer if config.amp else None),
-                    loader=loaders.train.loader, steps=loaders.steps, per_rank_batch=per_rank_batch,
-                    loss_names=family.loss_names, metric_names=family.metric_names,
-                    position=resume.position if resume else None, hooks=hooks)
-    return train(engine, config, world, base_lr)
+        checkpoints = CheckpointHook(manager, effective)
+        hooks = make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
+                           checkpoints, effective, base_lr)
+        engine = Engine(config=config, world=world, dist=dist, net=network.net, trainer=trainer,
+                        step=family.make_step(network.net, config, ctx,
+                                              trainer if config.amp else None),
+                        loader=loaders.train.loader, steps=loaders.steps,
+                        per_rank_batch=per_rank_batch, loss_names=family.loss_names,
+                        metric_names=family.metric_names,
+                        position=resume.position if resume else None, hooks=hooks)
+        result = train(engine, config, world, base_lr)
+    finally:
+        loaders.close()  # now: left to their destructors or to interpreter exit, they can hang
+    if engine.completed and world.is_main:
+        mark_finished(env.stop_file)  # the launcher's exit clock starts here (job/launcher.py)
+    return result
 
 
 # --- 1. where this rank runs, and its seeds ---------------------------------------------------
@@ -187,6 +200,11 @@ class Loaders:
     val_indices: object
     steps: int  # per epoch, on every rank
 
+    def close(self):
+        """End the loaders' worker processes (data/loaders.py close_loader)."""
+        close_loader(self.train.loader)
+        close_loader(self.val)
+
 
 def make_loaders(config, family, network, datasets, world, per_rank_batch, ctx):
     """The loaders; then every parameter gets its shape from a first batch, so loading,
@@ -196,8 +214,14 @@ def make_loaders(config, family, network, datasets, world, per_rank_batch, ctx):
                             network.max_size, world.local_size)
     train_data = family.train_loader(config, network.net, datasets, world, per_rank_batch, steps,
                                      workers)
-    val_loader, val_indices = family.val_loader(config, network.net, datasets, world, workers)
-    family.materialize(network.net, train_data.first_batch(), ctx)
+    val_loader = None
+    try:
+        val_loader, val_indices = family.val_loader(config, network.net, datasets, world, workers)
+        family.materialize(network.net, train_data.first_batch(), ctx)
+    except BaseException:
+        close_loader(train_data.loader)
+        close_loader(val_loader)
+        raise
     return Loaders(train_data, val_loader, val_indices, steps)
 
 

@@ -1,5 +1,6 @@
 """The labelled-images form: class order, object counts and the drop tally."""
 
+from detector_training.data import labelled
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
 
 
@@ -33,3 +34,43 @@ def test_drops_count_by_reason_and_keep_a_few_places():
     assert len(drops.examples("box with no area")) == 5
     assert drops.examples("class not asked for") == ["b.xml object 1"]
     assert not Drops() and drops
+
+
+def _box(xmin, ymin, xmax, ymax, label="cat", where="a.xml line 3"):
+    return Box(xmin, ymin, xmax, ymax, label, where=where)
+
+
+def test_clean_clips_drops_and_counts_each_change():
+    image = LabelledImage("a.jpg", [
+        _box(-5, 10, 50, 40), _box(-0.5, 0, 99.5, 40, where="edge"), _box(120, 10, 150, 20),
+        _box(10, 10, 10, 30), _box(30, 30, 20, 40), _box(5, 5, 20, 20, label="dog"),
+        _box(5, 5, 20, 20, label="Cat"), _box(5, 5, 20, 20, label="Cat")], size=(100, 50))
+    cleaned = labelled.clean(LabelledSet([image], classes=("cat", "dog")), classes=("CAT",))
+    boxes = [(b.label, b.xmin, b.ymin, b.xmax, b.ymax) for b in cleaned.images[0].boxes]
+    assert boxes == [("CAT", 0.0, 10, 50, 40), ("CAT", 0.0, 0, 99.5, 40), ("CAT", 5, 5, 20, 20)]
+    assert dict(cleaned.drops.counts()) == {labelled.OUTSIDE: 1, labelled.NO_AREA: 2,
+                                            labelled.OTHER_CLASS: 1, labelled.REPEATED_BOX: 1}
+    # one pixel past the edge is VOC's 1-based corner read 0-based, not worth reporting
+    assert dict(cleaned.adjusted.counts()) == {labelled.CLIPPED: 1}
+    assert cleaned.class_names() == ("CAT",)
+
+
+def test_clean_keeps_a_file_referenced_twice_once_and_keeps_negatives():
+    first = LabelledImage("data/a.jpg", [_box(1, 1, 5, 5)], (10, 10), "a.xml")
+    again = LabelledImage("data/./a.jpg", [_box(2, 2, 6, 6)], (10, 10), "a copy.xml")
+    empty = LabelledImage("data/b.jpg", [_box(1, 1, 5, 5, label="dog")], (10, 10), "b.xml")
+    drops = Drops()
+    drops.add("listed image without an annotation file", "c.xml")
+    cleaned = labelled.clean(LabelledSet([first, again, empty], drops=drops, layout="x"), ("cat",))
+    assert [i.path for i in cleaned.images] == ["data/a.jpg", "data/b.jpg"]
+    assert cleaned.images[0].boxes[0].xmin == 1 and cleaned.images[1].boxes == []
+    assert cleaned.drops.examples(labelled.REPEATED_IMAGE) == ["a copy.xml"]
+    assert cleaned.drops.counts()["listed image without an annotation file"] == 1
+    assert cleaned.layout == "x"
+
+
+def test_clean_without_classes_or_size_keeps_every_box_with_area():
+    image = LabelledImage("a.jpg", [_box(-5, -5, 500, 500), _box(3, 3, 3, 9)])
+    cleaned = labelled.clean(LabelledSet([image], classes=("cat",)))
+    assert len(cleaned.images[0].boxes) == 1 and cleaned.classes == ("cat",)
+    assert labelled.clean(cleaned).drops.counts() == cleaned.drops.counts()  # idempotent

@@ -54,3 +54,62 @@ def test_a_validation_slice_is_every_size_th_image():
                                        lambda x, y: (x, y), stack, 0)
     assert indices == [1, 3]
     assert [int(b[0, 0]) for b in loader] == [1, 3]
+
+
+# --- close_loader: a loader's worker processes end when it is closed --------------------------
+
+CLOSE_PROBE = """
+import json, logging, sys, time
+import mxnet as mx
+from detector_training.data.loaders import close_loader
+logging.basicConfig(level=logging.INFO, stream=sys.stdout)
+STUCK = int(sys.argv[1])
+
+class Items:  # item STUCK never comes back: a worker blocked for good
+    def __len__(self):
+        return 40
+    def __getitem__(self, i):
+        if i == STUCK:
+            time.sleep(3600)
+        return i
+
+def as_list(samples):  # sent to the workers by name
+    return list(samples)
+
+loader = mx.gluon.data.DataLoader(Items(), batch_size=2, num_workers=4, batchify_fn=as_list)
+batches = iter(loader)
+first = [next(batches), next(batches)]  # the rest of the epoch is prefetched and left pending
+workers = list(loader._worker_pool._pool)
+started = time.time()
+close_loader(loader, timeout_s=float(sys.argv[2]))
+print(json.dumps({"first": first, "took": time.time() - started, "pool": loader._worker_pool is None,
+                  "alive": [w.pid for w in workers if w.is_alive()]}), flush=True)
+"""
+
+
+def run_close_probe(stuck, timeout_s):
+    """The probe's report; the probe process itself must exit (no pool left in its exit
+    handlers)."""
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", CLOSE_PROBE, str(stuck), str(timeout_s)],
+                            capture_output=True, text=True, timeout=300)  # only catches a hang
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    report = json.loads([l for l in result.stdout.splitlines() if l.startswith("{")][-1])
+    return report, result.stdout
+
+
+def test_close_loader_ends_its_workers_in_order_with_batches_still_pending():
+    report, out = run_close_probe(stuck=-1, timeout_s=60)
+    assert report["first"] == [[0, 1], [2, 3]]
+    assert report["pool"] and report["alive"] == []
+    assert "killing" not in out  # every worker left by itself
+
+
+def test_close_loader_kills_a_worker_that_never_finishes_and_the_process_still_exits():
+    report, out = run_close_probe(stuck=9, timeout_s=2)
+    assert report["alive"] == []
+    assert "worker process(es) still running 2 s after the loader was closed; killing them" in out
+    assert report["took"] < 60  # the 3600 s item was not waited for

@@ -1,8 +1,8 @@
 """The image, really run: `docker run IMAGE train` and SageMaker SDK v2 local mode (1 and 2 hosts).
 
 Needs a Docker engine and the CPU image (`make test` starts the engine and runs `make image`
-first). Without any engine these tests skip with a loud message; with an engine but no image they
-fail, since that means the build broke.
+first). Without any engine these tests skip, the reason in pytest's summary, and under CI=true
+they fail; with an engine but no image they fail, since that means the build broke.
 """
 
 import json
@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from conftest import TINY, make_job, require_image, skip_without_engine
+from conftest import TINY, make_job, require_image
 
 from detector_training.job.metrics import METRIC_DEFINITIONS, definitions_for
 
@@ -24,7 +24,8 @@ IMAGE = os.environ.get("IMAGE", "detector-training:cpu")
 SDK_PYTHON = os.path.join(ROOT, ".venv-sdk", "bin", "python")
 
 
-pytestmark = skip_without_engine("container tests")
+# Whole jobs in containers and SDK local mode, each with its own deadlines (up to 1500 s).
+pytestmark = [pytest.mark.docker_engine("container tests"), pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +173,70 @@ def test_local_mode_two_hosts_horovod_over_mpi(image, tmp_path):
     members = {m.lstrip("./") for m in model_members(result["model_data"])}
     assert {"model.params", "model-symbol.json", "classes.json", "config.json"} <= members
     check_metrics(out)
+
+
+def host_pid_of(container, words):
+    """The host's PID of the process in ``container`` whose command line has ``words``."""
+    top = subprocess.run(["docker", "top", container, "-eo", "pid,args"], capture_output=True,
+                         text=True, check=True).stdout.splitlines()[1:]
+    found = [int(line.split()[0]) for line in top if words in line]
+    return found[0] if found else None
+
+
+def test_local_mode_two_hosts_a_rank_killed_on_the_second_host_ends_the_job(image, tmp_path):
+    """The rank's process on the second host is killed while its container lives on: the job
+    ends on both hosts within a bound, the failure naming that host and the rank."""
+    import signal
+    import time
+
+    from conftest import wait_for
+
+    assert os.path.exists(SDK_PYTHON), "the SDK environment is missing: run `make sdk-venv`"
+    data = tmp_path / "data"
+    make_job(tmp_path / "tree", {}, n_train=24, n_test=2)
+    os.rename(tmp_path / "tree" / "input" / "data" / "voc", data)
+    spec = {"image": image, "instance_count": 2, "data_dir": str(data),
+            "output_dir": str(tmp_path / "output"), "metric_definitions": METRIC_DEFINITIONS,
+            "hyperparameters": dict(TINY, epochs="50", batch_size="2", log_interval="1")}
+    (tmp_path / "output").mkdir()
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    project = "detector-test-%s" % uuid.uuid4().hex[:12]
+    log_path = tmp_path / "sdk.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([SDK_PYTHON, os.path.join(ROOT, "tests", "sdk_local_job.py"),
+                                 str(tmp_path / "spec.json")], stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(sdk_environment(tmp_path), COMPOSE_PROJECT_NAME=project),
+                                cwd=str(tmp_path))
+    try:
+        assert wait_for(lambda: "[Epoch 0][Batch 2/" in log_path.read_text(), 900, proc), \
+            log_path.read_text()[-4000:]
+        names = subprocess.run(["docker", "ps", "--format", "{{.Names}}", "--filter",
+                                "label=com.docker.compose.project=%s" % project],
+                               capture_output=True, text=True, check=True).stdout.split()
+        second = [n for n in names if "algo-2" in n]
+        assert len(names) == 2 and second, names
+        pid = host_pid_of(second[0], "detector_training.rank")
+        assert pid, "no rank process in %s" % second[0]
+        killed = time.time()
+        os.kill(pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.time() - killed
+        out = log_path.read_text()
+        assert proc.returncode is not None, "the job still runs 300 s after its rank was killed:\n" \
+            + out[-4000:]
+        assert proc.returncode != 0
+        assert re.search(r"job failed: JobError: rank 1 on host algo-2-\w+ was killed by signal 9",
+                         out), out[-4000:]
+        running = subprocess.run(["docker", "ps", "-q", "--filter",
+                                  "label=com.docker.compose.project=%s" % project],
+                                 capture_output=True, text=True, check=True).stdout.split()
+        assert not running, "containers still running: %s" % running
+        assert took < 300, took
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        remove_compose_containers(project)

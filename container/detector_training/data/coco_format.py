@@ -189,6 +189,32 @@ def restricted(document, classes, path):
     return dict(document, annotations=annotations, categories=categories)
 
 
+def only_images(document, image_ids):
+    """The document with only these images and their annotations (a carved split: the metric's
+    ground truth is then exactly the images validated)."""
+    keep = set(image_ids)
+    return dict(document, images=[e for e in document["images"] if e["id"] in keep],
+                annotations=[a for a in document["annotations"] if a["image_id"] in keep])
+
+
+def carve_image_ids(document, fraction, seed):
+    """(training image ids, validation image ids) of one annotation file: ``round(fraction * N)``
+    images (at least 1, leaving at least 1) drawn by a generator seeded with ``seed``, as
+    ``common.carve_validation`` draws positions, so every rank and every resumed run carves the
+    same split."""
+    import random
+
+    ids = sorted(entry["id"] for entry in document["images"])
+    if len(ids) < 2:
+        raise DataError("a validation split needs at least 2 images to carve from; the annotation "
+                        "file has %d." % len(ids), "add images, or send a validation export.")
+    count = min(len(ids) - 1, max(1, int(round(fraction * len(ids)))))
+    order = list(ids)
+    random.Random("carve-%d" % seed).shuffle(order)
+    val = set(order[:count])
+    return [i for i in ids if i not in val], sorted(val)
+
+
 def image_paths(root, split, entry):
     """Where an image entry's file may be, in the order tried."""
     paths = []
@@ -197,7 +223,11 @@ def image_paths(root, split, entry):
     if entry.get("coco_url"):  # GluonCV's rule: <root>/<last folder of the URL>/<file name>
         paths.append(os.path.join(root, *entry["coco_url"].split("/")[-2:]))
     if entry.get("file_name"):
-        paths.append(os.path.join(root, entry["file_name"]))
+        # Label Studio's exports: "images\\x.jpg" when exported on Windows, or the labeller's
+        # absolute path; the export's images/ folder holds the file by its base name.
+        portable = entry["file_name"].replace("\\", "/")
+        paths.append(os.path.join(root, portable))
+        paths.append(os.path.join(root, "images", portable.rsplit("/", 1)[-1]))
     return paths
 
 
@@ -224,6 +254,8 @@ def load_splits(reader, read_objects):
         if not reader._classes:  # pylint: disable=protected-access
             reader._classes = choose_classes(category_names(document, path), reader._requested, path)  # pylint: disable=protected-access
         document = restricted(document, reader._classes, path)  # pylint: disable=protected-access
+        if reader.image_ids is not None:
+            document = only_images(document, reader.image_ids)
         coco = coco_api(document)
         reader._coco.append(coco)  # pylint: disable=protected-access
         by_name = {c["name"]: c["id"] for c in document["categories"]}
@@ -261,10 +293,12 @@ def coco_dataset_class():
 
         CLASSES = ()
 
-        def __init__(self, root, splits, classes=(), annotation_files=None, **kwargs):
+        def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
+                     **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
             self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
+            self.image_ids = image_ids  # the images of the file(s) to read (a carved part); None: all
             super().__init__(root=root, splits=splits, **kwargs)
 
         @property
@@ -292,10 +326,12 @@ def coco_instance_class():
 
         CLASSES = ()
 
-        def __init__(self, root, splits, classes=(), annotation_files=None, **kwargs):
+        def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
+                     **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
             self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
+            self.image_ids = image_ids  # the images of the file(s) to read (a carved part); None: all
             self.images = []
             super().__init__(root=root, splits=splits, **kwargs)
 

@@ -10,6 +10,7 @@ one into the dataset the families train on (class names to indices, label rows).
 Pure values: no MXNet, no image decoding.
 """
 
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -81,12 +82,14 @@ class LabelledSet:
     """One split's labelled images. ``classes`` is the class order the export declares (YOLO's
     ``names``, CVAT's ``labelmap.txt``, the built-in algorithm's ``categories``), empty where the
     layout declares none (then the sorted names found are the classes). ``layout`` names what was
-    read, for the log and the data report (e.g. "labelImg, XML beside each image")."""
+    read, for the log and the data report (e.g. "labelImg, XML beside each image"). ``adjusted``
+    counts, by reason, what was changed but kept (a box clipped to its image)."""
 
     images: list = field(default_factory=list)
     classes: tuple = ()
     drops: Drops = field(default_factory=Drops)
     layout: str = ""
+    adjusted: Drops = field(default_factory=Drops)  # what was changed but kept (a box clipped)
 
     def class_names(self):
         """The declared classes, else the sorted names of the boxes found."""
@@ -100,3 +103,85 @@ class LabelledSet:
             for box in image.boxes:
                 counts[box.label] = counts.get(box.label, 0) + 1
         return counts
+
+
+# Reasons, as the data report and the log name them.
+REPEATED_IMAGE = "image referenced twice (kept once)"
+REPEATED_BOX = "box given twice in one image (kept once)"
+OUTSIDE = "box wholly outside its image"
+NO_AREA = "box with no area"
+OTHER_CLASS = "object of a class not asked for"
+CLIPPED = "box partly outside its image (clipped)"
+# VOC's corners are 1-based pixel indices, read 0-based as GluonCV does: a box drawn to the
+# image's edge may then sit one pixel out. Clipping that much is not worth reporting.
+EDGE_SLACK = 1.0
+
+
+def _asked(classes):
+    """{lower-cased name: the asked spelling} of the classes asked for (empty: all)."""
+    return {str(name).strip().lower(): str(name).strip() for name in classes}
+
+
+def clean(labelled, classes=()):
+    """A copy of ``labelled`` with the quirks of real exports settled, every change counted.
+
+    An image file referenced twice (one split file listing it twice, two annotations naming it)
+    is kept once, with its first annotation. A box partly outside its image (``size``) is clipped
+    to it; one wholly outside, or with no area, is dropped; the same box given twice in an image
+    is kept once. With ``classes`` (names, matched without regard to case, taking the asked
+    spelling), objects of other classes are dropped and the declared order becomes ``classes``.
+    Images left without a box stay (negatives: the format decides with ``skip_empty``).
+    """
+    asked = _asked(classes)
+    drops = Drops().merge(labelled.drops)
+    adjusted = Drops().merge(labelled.adjusted)
+    seen, images = set(), []
+    for image in labelled.images:
+        key = _path_key(image.path)
+        if key in seen:
+            drops.add(REPEATED_IMAGE, image.where or image.path)
+            continue
+        seen.add(key)
+        boxes, given = [], set()
+        for box in image.boxes:
+            same = (box.label, box.xmin, box.ymin, box.xmax, box.ymax)
+            if same in given:
+                drops.add(REPEATED_BOX, box.where)
+                continue
+            given.add(same)
+            box = _fit_box(box, image.size, drops, adjusted)
+            if box is None:
+                continue
+            if asked:
+                name = asked.get(box.label.strip().lower())
+                if name is None:
+                    drops.add(OTHER_CLASS, "%s (%s)" % (box.where, box.label))
+                    continue
+                box = Box(box.xmin, box.ymin, box.xmax, box.ymax, name, box.difficult, box.where)
+            boxes.append(box)
+        images.append(LabelledImage(image.path, boxes, image.size, image.where))
+    declared = tuple(asked.values()) if asked else tuple(labelled.classes)
+    return LabelledSet(images, declared, drops, labelled.layout, adjusted)
+
+
+def _path_key(path):
+    return os.path.normcase(os.path.normpath(path))
+
+
+def _fit_box(box, size, drops, adjusted):
+    """The box clipped to an image of ``size`` (width, height; None: unknown), or None (dropped,
+    counted)."""
+    xmin, ymin, xmax, ymax = box.xmin, box.ymin, box.xmax, box.ymax
+    if size:
+        width, height = size
+        if xmin >= width or ymin >= height or xmax <= 0 or ymax <= 0:
+            drops.add(OUTSIDE, box.where)
+            return None
+        clipped = (max(0.0, xmin), max(0.0, ymin), min(float(width), xmax), min(float(height), ymax))
+        if max(abs(a - b) for a, b in zip(clipped, (xmin, ymin, xmax, ymax))) > EDGE_SLACK:
+            adjusted.add(CLIPPED, box.where)
+        xmin, ymin, xmax, ymax = clipped
+    if xmax <= xmin or ymax <= ymin:
+        drops.add(NO_AREA, box.where)
+        return None
+    return Box(xmin, ymin, xmax, ymax, box.label, box.difficult, box.where)

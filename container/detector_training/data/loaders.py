@@ -1,6 +1,8 @@
 """Loaders: this rank's shard of the training set through the equal-steps sampler (mixup and
 multi-scale around it), and its slice of the validation set."""
 
+import logging
+import threading
 from dataclasses import dataclass
 
 from detector_training.data.samplers import (EqualStepsBatchSampler, IndexSampler,
@@ -70,3 +72,37 @@ def val_shard_loader(datasets, world, transform, batchify, num_workers):
         datasets.val.transform(transform),
         batch_sampler=mx.gluon.data.BatchSampler(IndexSampler(indices), 1, "keep"),
         batchify_fn=batchify, num_workers=num_workers), indices
+
+
+LOADER_CLOSE_S = 10  # for a loader's workers to finish what was sent and leave
+
+
+def close_loader(loader, timeout_s=LOADER_CLOSE_S):
+    """End a DataLoader's worker processes now, the orderly way: the pool is closed, so each
+    worker takes its end-of-work sentinel from the task queue and leaves by itself. Left to the
+    loader's ``__del__`` or to interpreter exit, the pool is ``terminate()``d instead, which waits
+    on a lock an idle or killed worker may hold: a finished job then never exits. Workers still
+    alive after ``timeout_s`` are killed. Loaders without worker processes are left as they are;
+    a closed loader cannot be iterated again."""
+    pool = getattr(loader, "_worker_pool", None)
+    if pool is None:
+        return
+    loader._worker_pool = None  # its __del__ then has nothing to terminate
+    loader._iter = None  # a prefetching iterator holds the pool too
+    pool.close()
+    joiner = threading.Thread(target=pool.join, name="loader-close", daemon=True)
+    joiner.start()
+    joiner.join(timeout_s)
+    if joiner.is_alive():
+        # Pool has no public handle on its worker processes; _pool is the list it joins.
+        left = [worker for worker in pool._pool if worker.exitcode is None]  # pylint: disable=protected-access
+        logging.getLogger("detector_training").warning(
+            "data loader: %d worker process(es) still running %d s after the loader was closed; "
+            "killing them", len(left), timeout_s)
+        for worker in left:
+            worker.kill()
+            worker.join(timeout_s)
+        # Now no worker is left to respawn or wait for: end the pool's threads, bounded too.
+        ender = threading.Thread(target=pool.terminate, name="loader-terminate", daemon=True)
+        ender.start()
+        ender.join(timeout_s)

@@ -70,8 +70,9 @@ class TrainConfig:
                       "Base network name (GluonCV model zoo name, or a registered family's).")
     dataset: str = hp("voc", parse_dataset,
                       "The data format: voc (Pascal VOC, 20 classes), coco (COCO-format JSON, its "
-                      "own categories), custom (VOC layout, own classes), manifest (a Ground "
-                      "Truth object-detection manifest), or a registered format's name. Not set: "
+                      "own categories), custom (Pascal VOC XML, own classes: a VOCdevkit tree or a "
+                      "labelling tool's export), manifest (a Ground Truth object-detection "
+                      "manifest), yolo (YOLO text labels), or a registered format's name. Not set: "
                       "recognised from the data channels' contents (voc when the job has none).")
     classes: Tuple[str, ...] = hp((), parse_str_list,
                                   "custom, coco and manifest: the classes to train; empty means "

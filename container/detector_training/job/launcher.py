@@ -11,7 +11,11 @@
 4. SIGTERM (stop, spot interruption) creates the host's stop file; ranks agree to stop at the next
    step, save a checkpoint and exit; the launcher gives them until ``STOP_GRACE_S`` and then ends
    them, inside SageMaker's 120 seconds.
-5. Any failure ends in one short ``output/failure`` (first writer wins) and a non-zero exit.
+5. Any failure ends in one short ``output/failure`` (first writer wins) and a non-zero exit; a
+   rank that died without writing it (killed) is named there with its host, from mpirun's report.
+6. Every job ends: once rank 0 wrote the model, ranks still running ``EXIT_GRACE_S`` later (or
+   at a SIGTERM) are ended and the job exits 0; this process itself leaves within
+   ``stop.EXIT_BOUND_S`` of its outcome (job/stop.py ``begin_exit``).
 
 The rank's job itself sits a floor above (``main.py``): the command that runs the launcher
 (``detector_training.commands``) passes it in, with the module mpirun starts on every rank.
@@ -19,24 +23,29 @@ The rank's job itself sits a floor above (``main.py``): the command that runs th
 
 import logging
 import os
+import re
 import signal
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 
 from detector_training import settings
-from detector_training.errors import ConfigError, EnvironmentCheckError, JobError, failure_text_for
+from detector_training.errors import ConfigError, EnvironmentCheckError, JobError
 from detector_training.job.config_file import load_config
-from detector_training.job.failure import report_failure, write_failure
+from detector_training.job.failure import report_failure
 from detector_training.job.guards import check_gpus_visible, gpu_count, raise_open_file_limit
 from detector_training.job.logs import setup_logging
 from detector_training.job.sm_env import ENV_STOP_FILE, ENV_WORK_DIR, Environment, JobPaths, base_dir
-from detector_training.job.stop import StopSignal, clear_stale_request
+from detector_training.job.stop import (EXIT_BOUND_S, StopSignal, begin_exit, clear_stale_request,
+                                        finished_file)
 
 LOG = logging.getLogger("detector_training")
 
 STOP_GRACE_S = 100
+EXIT_GRACE_S = EXIT_BOUND_S + 30  # for ranks after the model is written; they leave by themselves first
 STATUS_FILE = "/tmp/done"  # the toolkit's convention: /tmp/done.<leader>
 # Environment the ranks need from the launcher (names only: values never appear in argv).
 FORWARDED_ENV_PREFIXES = ("SAGEMAKER_", "SM_", "DETECTOR_", "FRCNN_", "AWS_", "MXNET_", "NCCL_", "HOROVOD_",
@@ -144,8 +153,15 @@ def run_leader(plan, stop, rank_program, custom_mpi_options):
                          toolkit_gethostname_preload())
     LOG.info("launch: %d host(s) x %d process(es): %s", len(plan.hosts), plan.processes_per_host,
              " ".join(cmd[: len(cmd) - len(rank_program)]))
-    code = supervise(subprocess.Popen(cmd, start_new_session=True), stop)
-    if len(plan.hosts) > 1 and code == 0:
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    report = MpirunReport(proc.stdout, sys.stdout.buffer)
+    code = supervise(proc, stop, finished_file(stop.stop_file))
+    report.join()
+    if code != 0:
+        raise JobError(report.lost_rank() or "a training rank exited with code %d." % code,
+                       "see the job log for the rank's error (lines tagged [rank N]).")
+    if len(plan.hosts) > 1:
         from sagemaker_training import mpi
 
         for host in plan.hosts[1:]:
@@ -164,21 +180,93 @@ def wait_for_workers(plan, can_connect, timeout_s=1800):
         LOG.info("worker %s is reachable", host)
 
 
-def supervise(proc, stop, poll_s=0.5):
-    """Wait for mpirun; after a stop request give the ranks STOP_GRACE_S, then end them."""
+def supervise(proc, stop, finished, poll_s=0.5, stop_grace_s=STOP_GRACE_S,
+              exit_grace_s=EXIT_GRACE_S):
+    """Wait for mpirun; its exit code, 0 once the job finished. After a stop request the ranks
+    get ``stop_grace_s`` to checkpoint and leave; after rank 0 wrote the model (the ``finished``
+    file) they get ``exit_grace_s`` to leave, or none once a stop is requested. Then they are
+    ended."""
+    finished_at = None
     while True:
         code = proc.poll()
+        now = time.time()
+        if finished_at is None and os.path.exists(finished):
+            finished_at = now
         if code is not None:
+            if code != 0 and finished_at is not None:
+                LOG.warning("the ranks exited with code %d after the job finished (the model is "
+                            "written); the job succeeded", code)
+                return 0
             return code
-        if stop.since is not None and time.time() - stop.since > STOP_GRACE_S:
-            LOG.error("ranks did not stop within %d s; terminating them", STOP_GRACE_S)
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                return proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                return proc.wait()
+        if finished_at is not None and (now - finished_at > exit_grace_s or stop.since is not None):
+            LOG.warning("the job finished (the model is written) but its ranks were still running "
+                        "%.0f s later; ending them", now - finished_at)
+            end_process_group(proc)
+            return 0
+        if stop.since is not None and now - stop.since > stop_grace_s:
+            LOG.error("ranks did not stop within %d s; terminating them", stop_grace_s)
+            return end_process_group(proc)
         time.sleep(poll_s)
+
+
+def end_process_group(proc, grace_s=10):
+    """SIGTERM to mpirun's process group (mpirun ends its ranks), SIGKILL after ``grace_s``; the
+    exit code. OpenMPI starts each rank in a process group of its own, so ranks still there once
+    mpirun is gone (frozen by SIGSTOP, blocked in a collective) get a SIGKILL of their own."""
+    import psutil
+
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        ranks = []
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        code = proc.wait()
+    for rank in ranks:
+        try:
+            rank.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return code
+
+
+class MpirunReport:
+    """Copies mpirun's output (the ranks' tagged lines) to ``sink`` as it comes, and keeps
+    mpirun's own report of a rank that died without a word of its own (killed)."""
+
+    NOTICED = re.compile(rb"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
+
+    def __init__(self, source, sink):
+        self.lost = None
+        self._source, self._sink = source, sink
+        self._thread = threading.Thread(target=self._copy, name="mpirun-output", daemon=True)
+        self._thread.start()
+
+    def _copy(self):
+        for line in iter(self._source.readline, b""):
+            found = self.NOTICED.search(line)
+            if found and self.lost is None:
+                self.lost = found.groups()
+            self._sink.write(line)
+            self._sink.flush()
+
+    def join(self, timeout_s=10):
+        self._thread.join(timeout_s)
+
+    def lost_rank(self):
+        """"rank R on host H was killed by signal S (NAME)." when mpirun reported one, else None."""
+        if self.lost is None:
+            return None
+        rank, host, signum = (part.decode("utf-8", "replace") for part in self.lost)
+        try:
+            name = signal.Signals(int(signum)).name
+        except ValueError:
+            name = "signal %s" % signum
+        return "rank %s on host %s was killed by signal %s (%s) before it could report an error." % (
+            rank, host.rstrip("."), signum, name)
 
 
 def run_worker(plan):
@@ -237,14 +325,11 @@ def main(job_main, rank_program):
         elif plan.is_leader:
             custom = str(env.hyperparameters.get("custom_mpi_options", "")).split()
             code = run_leader(plan, stop, rank_program, custom)
-            if code != 0:
-                write_failure(env.paths.failure_file, failure_text_for(JobError(
-                    "a training rank exited with code %d." % code,
-                    "see the job log for the rank's error (lines tagged [rank N]).")))
         else:
             code = run_worker(plan)
         if stop.since is not None:
             LOG.warning("stopped on request after %.0f s", time.time() - stop.since)
-        return code
     except BaseException as exc:  # the one top-level handler of the launcher
-        return report_failure(exc, failure_path)
+        code = report_failure(exc, failure_path)
+    begin_exit(code)  # this process too leaves within a bound of its outcome
+    return code

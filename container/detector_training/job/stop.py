@@ -8,15 +8,26 @@ mid-epoch checkpoint and exit.
 
 Signal handlers belong to the process that installed them, never to processes forked from it
 (data-loader workers), see :func:`install_for_this_process`.
+
+The exit phase: once a process's outcome is settled (the model written, or the failure file), it
+leaves within :data:`EXIT_BOUND_S` whatever its exit handlers wait for (:func:`begin_exit`), and a
+SIGTERM from then on ends it at once. A finished job that does not exit is a job SageMaker never
+completes: the model directory is uploaded only after the container exits.
 """
 
 import logging
 import os
 import signal
+import sys
+import threading
 import time
 
 LOG = logging.getLogger("detector_training")
 STOP_FILE_NAME = "stop-requested"
+FINISHED_FILE_NAME = "job-finished"  # beside the stop file: rank 0 wrote the model
+EXIT_BOUND_S = 30  # a settled process leaves within this; the launcher waits longer (launcher.py)
+
+_exit_code = None  # set by begin_exit: the code this process leaves with
 
 
 def install_for_this_process(handler, signums):
@@ -30,10 +41,62 @@ def install_for_this_process(handler, signums):
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        if _exit_code is not None:
+            leave_now(_exit_code, "received signal %d after its work ended" % signum)
         handler(signum, frame)
+
+    def default_in_child():
+        # The check above runs only when the child executes Python; a child blocked in C (a
+        # worker in MXNet's engine) would never run it and outlive its pool's SIGTERM. What the
+        # parent set just before forking (the loader ignores SIGINT in its workers) stays.
+        for signum in signums:
+            if signal.getsignal(signum) is on_signal:
+                signal.signal(signum, signal.SIG_DFL)
 
     for signum in signums:
         signal.signal(signum, on_signal)
+    os.register_at_fork(after_in_child=default_in_child)
+
+
+def begin_exit(code, bound_s=EXIT_BOUND_S):
+    """This process's outcome is settled (model written, failure file written): from now on it
+    leaves with ``code`` within ``bound_s`` seconds, even when an exit handler or a destructor
+    waits forever (a data-loader pool's lock), and a SIGTERM ends it at once. Idempotent: the
+    first code stands."""
+    global _exit_code
+    if _exit_code is not None:
+        return
+    _exit_code = code
+    LOG.info("exit: leaving with code %d (at most %d s from now)", code, bound_s)
+    guard = threading.Timer(bound_s, leave_now,
+                            (code, "still running %d s after its work ended" % bound_s))
+    guard.daemon = True  # never what keeps the interpreter alive
+    guard.start()
+
+
+def leave_now(code, reason):
+    """Log ``reason``, flush the logs and end this process with ``code`` (no exit handlers)."""
+    LOG.warning("exit: %s; leaving now with code %d", reason, code)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def finished_file(stop_file):
+    """The host's marker that rank 0 wrote the model (the launcher's exit clock starts there)."""
+    return os.path.join(os.path.dirname(stop_file), FINISHED_FILE_NAME)
+
+
+def mark_finished(stop_file):
+    path = finished_file(stop_file)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write("finished\n")
 
 
 def request_stop(stop_file):
@@ -44,9 +107,11 @@ def request_stop(stop_file):
 
 
 def clear_stale_request(stop_file):
-    """A stop file left by an earlier run of the same job must not stop this one."""
-    if os.path.exists(stop_file):
-        os.remove(stop_file)
+    """A stop file (or finished marker) left by an earlier run of the same job must not stop
+    (or end) this one."""
+    for path in (stop_file, finished_file(stop_file)):
+        if os.path.exists(path):
+            os.remove(path)
 
 
 class StopSignal:

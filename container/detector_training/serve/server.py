@@ -9,7 +9,8 @@ broken model is an error in the log and a server that never answers ``/ping``.
 
 SIGTERM (SageMaker's stop) is gunicorn's graceful shutdown: the listening socket closes, the
 requests in flight finish (for at most GRACEFUL_TIMEOUT seconds, inside SageMaker's 30 s before
-SIGKILL), and the workers exit.
+SIGKILL), and the workers exit: each within WORKER_EXIT_BOUND_S of leaving its loop, with its
+exit code, even if an exit handler (MXNet's, a thread pool's) waits forever.
 """
 
 import glob
@@ -25,10 +26,12 @@ from gunicorn.errors import HaltServer
 from detector_training import predict
 from detector_training.errors import ConfigError
 from detector_training.families import family_of
+from detector_training.job.stop import begin_exit
 from detector_training.serve.environment import read_environment
 
 LOG = logging.getLogger("detector_training.serve")
 GRACEFUL_TIMEOUT = 20  # seconds for requests in flight after SIGTERM; SageMaker kills at 30
+WORKER_EXIT_BOUND_S = 5  # from a worker's loop ending to its process exiting
 
 
 def visible_gpus(environ):
@@ -81,7 +84,8 @@ class Server(BaseApplication):
         super().__init__(prog="serve")
 
     def load_config(self):
-        options = dict(gunicorn_options(self.env), pre_fork=self.assign_slot, post_fork=self.pin_worker)
+        options = dict(gunicorn_options(self.env), pre_fork=self.assign_slot, post_fork=self.pin_worker,
+                       worker_exit=leave_within_bound)
         for key, value in options.items():
             self.cfg.set(key, value)
 
@@ -106,6 +110,17 @@ class Server(BaseApplication):
             LOG.error("serve: error: %s", exc)
             sys.exit(Arbiter.WORKER_BOOT_ERROR)  # gunicorn then stops the server
         return create_app(model, self.env)
+
+
+def leave_within_bound(_arbiter, worker):
+    """gunicorn's ``worker_exit`` hook, in the worker as it exits (SystemExit in flight): it then
+    leaves with that code within WORKER_EXIT_BOUND_S (job/stop.py ``begin_exit``). gunicorn also
+    calls it in the master for a worker found gone: nothing to do there."""
+    if worker.pid != os.getpid():
+        return
+    exc = sys.exc_info()[1]
+    code = exc.code if isinstance(exc, SystemExit) else 1 if exc else 0
+    begin_exit(code if isinstance(code, int) else 0 if code is None else 1, WORKER_EXIT_BOUND_S)
 
 
 def setup_logging():

@@ -25,7 +25,7 @@ def channels(tmp_path):
 
 
 def test_the_built_in_formats_are_registered_in_order():
-    assert formats.names() == ("voc", "custom", "coco", "manifest")
+    assert formats.names() == ("voc", "custom", "coco", "manifest", "yolo", "builtin")
     assert formats.get("coco").metric == "coco" and formats.get("custom").metric == "voc07"
     assert [f.name for f in formats.all_formats() if f.masks] == ["coco"]
 

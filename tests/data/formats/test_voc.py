@@ -1,4 +1,5 @@
-"""The VOC XML formats (voc, custom): GluonCV's VOC reader on a VOCdevkit tree."""
+"""The VOC XML formats on a VOCdevkit tree: voc (GluonCV's VOC reader) and custom (its VOCdevkit
+case; its exports are in test_custom.py)."""
 
 from types import SimpleNamespace
 
@@ -17,7 +18,7 @@ def test_unknown_class_in_annotations_is_a_clear_error(tmp_path):
                                    "train_splits": "2007_trainval"})
     with pytest.raises(DataError) as err:
         build_datasets(config, str(tmp_path))
-    assert "no training image has an object of the classes cat, dog" in str(err.value)
+    assert "no training image of VOCdevkit tree has an object of the classes cat, dog" in str(err.value)
 
 
 def test_images_without_configured_classes_are_left_out(tmp_path):
@@ -76,7 +77,8 @@ def test_custom_never_reaches_for_the_official_voc_tars(tmp_path, monkeypatch):
     assert config.data_mirrors == ("official",)
     with pytest.raises(DataError) as err:
         formats.get("custom").data_root(config, env, WORLD)
-    assert "dataset=custom: channel 'train' holds no VOCdevkit/VOC<year> tree" in str(err.value)
+    assert "dataset=custom: channel 'train' holds no Pascal VOC XML (no VOCdevkit/VOC<year> tree" \
+        in str(err.value)
     assert "its top level: Annotations, ImageSets, JPEGImages" in str(err.value)
     assert "the official VOC tars are dataset=voc" in err.value.fix
     assert not (tmp_path / "work").exists()

@@ -13,11 +13,14 @@ import logging
 import os
 
 from detector_training.data.common import carve_validation, final_fit
+from detector_training.data.formats.builtin import Builtin
 from detector_training.data.formats.coco import COCO
+from detector_training.data.formats.custom import CustomVOC
 from detector_training.data.formats.data_format import (FORMAT_OPTIONS, Channel, DataFormat,
                                                         LabelledFormat)
 from detector_training.data.formats.ground_truth import GroundTruthManifest
-from detector_training.data.formats.voc import VOC, CustomVOC
+from detector_training.data.formats.voc import VOC
+from detector_training.data.formats.yolo import Yolo
 from detector_training.errors import DataError
 
 __all__ = ["FORMAT_OPTIONS", "Channel", "DataFormat", "LabelledFormat", "register", "unregister",
@@ -46,7 +49,7 @@ def unregister(name):
     _REGISTERED.pop(name, None)
 
 
-for _builtin in (VOC, CustomVOC, COCO, GroundTruthManifest):
+for _builtin in (VOC, CustomVOC, COCO, GroundTruthManifest, Yolo, Builtin):
     register(_builtin)
 
 

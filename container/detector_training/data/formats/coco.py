@@ -1,14 +1,23 @@
 """COCO-format JSON (see coco_format.py), read with GluonCV's COCO readers: its own categories,
-boxes and instance masks, scored by COCO's AP over the validation annotation file."""
+boxes and instance masks, scored by COCO's AP over the validation annotation file. The data is
+GluonCV's layout (annotations/<split>.json), files named by path, or a labelling tool's export as
+the tool wrote it (CVAT, Roboflow, Label Studio: see layouts/coco_exports.py)."""
 
+import logging
 import os
 
 from detector_training.errors import DataError
-from detector_training.data.coco_format import ANNOTATIONS
+from detector_training.data.coco_format import ANNOTATIONS, find_coco_root
 from detector_training.data.common import Datasets, SubsetDataset
 from detector_training.data.formats.data_format import DataFormat
+from detector_training.data.layouts import coco_exports
 from detector_training.data.negatives import is_negative, log_empty
 
+LOG = logging.getLogger("detector_training")
+
+# The share of an export's training images carved as validation when it has no validation split
+# (val_fraction is refused for COCO; as the other formats' default).
+DEFAULT_VAL_FRACTION = 0.1
 COCO_SPLITS = ("instances_train2017",)
 COCO_VAL_SPLITS = ("instances_val2017",)
 # GluonCV's train_faster_rcnn.py defaults for COCO (lr given for a global batch of 8 x 1).
@@ -26,7 +35,11 @@ class COCO(DataFormat):
     masks = True
 
     def recognise(self, channel):
-        """annotations/<split>.json in the channel or a folder directly under it."""
+        """A labelling tool's COCO export, else annotations/<split>.json in the channel or a
+        folder directly under it."""
+        exports = coco_exports.find_exports(channel.path)
+        if exports:
+            return "; ".join(e.describe(channel.path) for e in exports[:4])
         for folder in [""] + [n for n in channel.names()
                               if os.path.isdir(os.path.join(channel.path, n))]:
             notes = os.path.join(channel.path, folder, ANNOTATIONS)
@@ -50,7 +63,8 @@ class COCO(DataFormat):
         return problems
 
     def data_root(self, config, env, world):
-        """The channels' folder when annotation files are named by path, else the COCO channel."""
+        """The channels' folder when annotation files are named by path or a tool's export is
+        sent (its validation may be in another channel), else the COCO channel."""
         if config.train_annotation_file:
             return env.paths.channels_dir
         name, path = env.data_channel(self.channels)
@@ -59,6 +73,8 @@ class COCO(DataFormat):
                             % (", ".join(self.channels), env.paths.channels_dir),
                             "give the job a 'coco' channel holding annotations/<split>.json and "
                             "the split's image folders.")
+        if _holds_export(path, config):
+            return env.paths.channels_dir
         return path
 
     def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
@@ -70,7 +86,52 @@ class COCO(DataFormat):
             generate(channel, n_train + n_train_2012, n_test, seed=seed)
 
     def read(self, config, data_root, instances=False):
+        if not config.train_annotation_file:
+            channel = coco_exports.training_channel(data_root, self.channels)
+            if channel and _holds_export(channel, config):
+                return _export_datasets(config, data_root, self.channels, instances)
         return _coco_datasets(config, data_root, instances)
+
+
+def _holds_export(channel, config):
+    """Whether ``channel`` holds a tool's export and not GluonCV's layout of ``train_splits``."""
+    if not coco_exports.find_exports(channel):
+        return False
+    try:
+        find_coco_root(channel, config.train_splits[0])
+    except DataError:
+        return True
+    return False
+
+
+def _export_datasets(config, channels_dir, channels, instances=False):
+    """A labelling tool's COCO export (see layouts/coco_exports.py): its classes (placeholder
+    categories left out, or those asked for), the training file's images with objects;
+    validation from the validation export, else a seeded tenth of the training file's images by
+    id, so that COCO's metric scores exactly those."""
+    from detector_training.data.coco_format import (carve_image_ids, coco_dataset_class,
+                                                    coco_instance_class, read_document)
+
+    train_export, val_export = coco_exports.locate(channels_dir, channels)
+    cls = coco_instance_class() if instances else coco_dataset_class()
+    classes = tuple(config.classes) or coco_exports.export_classes(train_export)
+    train_ids = val_ids = None
+    if val_export is None:
+        train_ids, val_ids = carve_image_ids(read_document(train_export.annotation_file),
+                                             DEFAULT_VAL_FRACTION, config.seed)
+        val_export = train_export
+    for what, export, ids in (("training", train_export, train_ids),
+                              ("validation", val_export, val_ids)):
+        LOG.info("data: coco %s: %s%s", what, export.describe(channels_dir), "" if ids is None
+                 else ", %d images carved by id (seed %d)" % (len(ids), config.seed))
+    extra = {} if instances else {"use_crowd": False}
+    train = cls(train_export.image_root, [train_export.split], classes,
+                annotation_files={train_export.split: train_export.annotation_file},
+                image_ids=train_ids, skip_empty=config.skip_empty, **extra)
+    val = cls(val_export.image_root, [val_export.split], train.classes,
+              annotation_files={val_export.split: val_export.annotation_file},
+              image_ids=val_ids, skip_empty=False)
+    return _datasets(train, val, [train_export.split], config.skip_empty)
 
 
 def _coco_datasets(config, data_root, instances=False):
@@ -95,14 +156,19 @@ def _coco_datasets(config, data_root, instances=False):
     # Crowd boxes are left out of training (the instance reader always leaves them out).
     train = cls(train_root, train_splits, config.classes, annotation_files=files["train"],
                 skip_empty=config.skip_empty, **({} if instances else {"use_crowd": False}))
+    val = cls(val_root, val_splits, train.classes, annotation_files=files["val"], skip_empty=False)
+    return _datasets(train, val, train_splits, config.skip_empty)
+
+
+def _datasets(train, val, train_splits, skip_empty):
+    """The Datasets of a training and a validation reader; no training object is an error."""
     total = sum(len(coco.getImgIds()) for coco in train._coco)  # pylint: disable=protected-access
     negatives = sum(1 for label in train._labels if is_negative(label))  # pylint: disable=protected-access
     if len(train) == negatives:
         raise DataError("no training image in %s has an object of the classes %s."
                         % (",".join(train_splits), ", ".join(train.classes)),
                         "check the annotations, or choose other classes.")
-    log_empty("training", total - len(train) + negatives, total, config.skip_empty)
-    val = cls(val_root, val_splits, train.classes, annotation_files=files["val"], skip_empty=False)
+    log_empty("training", total - len(train) + negatives, total, skip_empty)
     fix = "replace the file, or remove its entry from the split's JSON."
     return Datasets(train=SubsetDataset(train, range(len(train)), train._items, fix),  # pylint: disable=protected-access
                     val=SubsetDataset(val, range(len(val)), val._items, fix),  # pylint: disable=protected-access

@@ -215,13 +215,18 @@ class LabelledFormat(DataFormat):
         keep = [i for i in range(len(labels)) if not (skip_empty and i in empty)]
         self.log_found(labelled, what, classes, drops)
         images = [labelled.images[i] for i in keep]
-        reader = LabelledDetection([im.path for im in images], [labels[i] for i in keep], classes)
+        reader = self.detection_reader(images, [labels[i] for i in keep], classes)
         described = ["image %s%s" % (im.path, " of %s" % im.where if im.where else "")
                      for im in images]
         ratios = [(im.size[0] / float(im.size[1])) if im.size and im.size[1] else 1.0
                   for im in images]
         return SubsetDataset(reader, range(len(keep)), described,
                              "replace the image, or remove it and its label."), ratios
+
+    def detection_reader(self, images, labels, classes):
+        """The dataset that reads these LabelledImages' pixels with their label rows: each image
+        file decoded by MXNet (a format whose images are not files, e.g. records, overrides it)."""
+        return LabelledDetection([image.path for image in images], labels, classes)
 
     def log_found(self, labelled, what, classes, drops):
         counts = OrderedDict((name, 0) for name in classes)

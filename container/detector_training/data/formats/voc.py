@@ -1,7 +1,6 @@
-"""Pascal VOC XML in a VOCdevkit tree, read with GluonCV's VOC reader: the official Pascal VOC
-(dataset=voc: its 20 classes; the tars from the channel, data_s3_uri or the mirrors) and a
-custom dataset in the same layout (dataset=custom: its own classes; an extracted tree, or its own
-tars named in data_checksums, never the official ones)."""
+"""The official Pascal VOC 2007/2012 (dataset=voc: its 20 classes; the tars from the channel,
+data_s3_uri or the mirrors), read with GluonCV's VOC reader. Your own classes in VOC XML, in a
+VOCdevkit tree or a labelling tool's export, are dataset=custom (custom.py)."""
 
 import os
 from xml.etree import ElementTree as ET
@@ -12,9 +11,8 @@ from detector_training.data.common import Datasets, SubsetDataset
 from detector_training.data.formats.data_format import DataFormat
 from detector_training.data.negatives import log_empty
 from detector_training.data.sources import FetchOptions
-from detector_training.data.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
-                                              channel_holds_extracted, tar_specs)
-from detector_training.data.voc_layout import VOC_TARS, find_devkit, find_year_dirs
+from detector_training.data.voc_fetch import DATA_CHANNELS, acquire_voc
+from detector_training.data.voc_layout import VOC_TARS, find_devkit
 
 VOC_SPLITS = ("2007_trainval", "2012_trainval")
 VOC_VAL_SPLITS = ("2007_test",)
@@ -71,48 +69,6 @@ class VOC(DataFormat):
         from gluoncv.data import VOCDetection
 
         return _voc_datasets(config, data_root, tuple(VOCDetection.CLASSES))
-
-
-class CustomVOC(VOC):
-    """Your own classes in the VOCdevkit layout: recognised by an extracted VOCdevkit/VOC<year>
-    tree in the channel."""
-
-    name = "custom"
-    title = "Pascal VOC XML in a VOCdevkit tree (own classes)"
-
-    def recognise(self, channel):
-        years = find_year_dirs(channel.path) if os.path.isdir(channel.path) else []
-        if not years:
-            return None
-        return ", ".join(os.path.relpath(path, channel.path) for path in years.values())
-
-    def check_config(self, config):
-        return check_voc_splits(config)
-
-    def data_root(self, config, env, world):
-        """The channel's extracted tree; or its own tars (named with data_checksums) fetched
-        from the channel, data_s3_uri or a mirror given in data_mirrors, never the official VOC
-        mirror."""
-        name, path = env.data_channel(self.channels)
-        specs = tar_specs(config.data_checksums)
-        mirrors = tuple(m for m in config.data_mirrors if m.strip() != OFFICIAL)
-        has_tars = bool(path) and any(os.path.isfile(os.path.join(path, s.name)) for s in specs)
-        if (path and channel_holds_extracted(path, specs)) or has_tars or config.data_s3_uri \
-                or mirrors:
-            return acquire_voc(config, env, world, env.work_dir,
-                               FetchOptions.from_environ(env.environ), self.channels, mirrors)
-        raise DataError("dataset=custom: %s." % (
-            "channel '%s' holds no VOCdevkit/VOC<year> tree and none of the tars %s (its top "
-            "level: %s)" % (name, ", ".join(s.name for s in specs),
-                            ", ".join(sorted(os.listdir(path))[:12]) or "nothing")
-            if path else "no '%s' channel (nor %s) holds data" % (
-                self.channels[0], " or ".join("'%s'" % c for c in self.channels[1:]))),
-            "put the VOCdevkit tree (VOCdevkit/VOC<year>/Annotations, JPEGImages, "
-            "ImageSets/Main) in the 'train' channel, or your own tars with data_checksums "
-            "naming them; the official VOC tars are dataset=voc.")
-
-    def read(self, config, data_root, instances=False):
-        return _voc_datasets(config, data_root, None)
 
 
 def _check_split_files(devkit, splits):

@@ -1,0 +1,23 @@
+"""Readers of labelled data as labelling tools and systems export it, each returning a
+:class:`~detector_training.data.labelled.LabelledSet` per split.
+
+``voc_xml`` reads one Pascal VOC annotation (defusedxml, under a size limit); ``voc_exports``
+recognises and reads the folder shapes VOC XML comes in (a VOCdevkit tree, CVAT's "Pascal VOC
+1.1", labelImg's two, Roboflow's); ``yolo_labels`` reads Ultralytics/Roboflow YOLO text labels;
+``images`` finds an annotation's image and reads its size from the file's header. No MXNet, no
+image decoding: the data check runs them as they are. ``builtin_json`` and
+``builtin_recordio`` read the SageMaker built-in algorithm's inputs, ``coco_exports`` the COCO
+exports of CVAT, Roboflow and Label Studio.
+"""
+
+
+def split_names(export, role):
+    """The names of an export's splits that serve ``role`` ("train", "validation"): those of that
+    role (``valid`` and ``val`` are validation), and for "train" the export's only split when its
+    name gives no role (a CVAT subset called "batch 1"). [] when none."""
+    roles = export.roles()
+    if roles.get(role):
+        return list(roles[role])
+    if role == "train" and len(export.splits) == 1 and not set(roles) & {"validation", "test"}:
+        return list(export.splits)
+    return []
