@@ -77,9 +77,10 @@ def offline_first_weights(directory, allow_download=True):
 
 
 def build_zoo_network(name, classes, pretrained_base, pretrained_dirs, ctx, own_networks=None,
-                      builder=None, overrides=None, **kwargs):
+                      builder=None, overrides=None, nms_threshold=None, **kwargs):
     """GluonCV model-zoo network ``name`` (or one of ``own_networks``: name -> builder), backbone
-    weights offline first, classes reset to ``classes``, every parameter initialised on ``ctx``.
+    weights offline first, classes reset to ``classes``, every parameter initialised on ``ctx``,
+    its NMS threshold set when ``nms_threshold`` is given (``set_nms_threshold``).
     ``builder`` (module, function) and ``overrides``: see :func:`builder_overrides`."""
     from gluoncv.model_zoo import get_model
 
@@ -98,7 +99,16 @@ def build_zoo_network(name, classes, pretrained_base, pretrained_dirs, ctx, own_
     if tuple(net.classes) != tuple(classes):
         net.reset_class(list(classes))
     net.collect_params().reset_ctx(ctx)
+    if nms_threshold is not None:
+        set_nms_threshold(net, nms_threshold)
     return net
+
+
+def set_nms_threshold(net, threshold):
+    """GluonCV's ``set_nms`` with this IoU threshold, the network's other NMS settings kept (its
+    R-CNN, SSD and YOLOv3 networks all have it; it clears the cached graph)."""
+    extra = {"force_nms": net.force_nms} if hasattr(net, "force_nms") else {}
+    net.set_nms(nms_thresh=threshold, nms_topk=net.nms_topk, post_nms=net.post_nms, **extra)
 
 
 def zero_skipped_rois():
