@@ -72,14 +72,14 @@ class SSD(DetectorFamily):
         "short": "128",
         "max_size": "128",
         "batch_size": "8",
-        "epochs": "40",
-        "lr": "0.02",
+        "epochs": "16",
+        "lr": "0.004",
         "lr_base_batch_size": "8",
         "lr_mode": "cosine",
-        "lr_warmup": "60",
+        "lr_warmup": "40",
         "wd": "0.0005",
-        "val_interval": "5",
-        "log_interval": "15",
+        "val_interval": "4",
+        "log_interval": "10",
     }
 
     def check_config(self, config):
