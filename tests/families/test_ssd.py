@@ -17,7 +17,7 @@ from conftest import BIN, make_job, run_rank_job, stop_mid_epoch_and_resume, two
 from detector_training import families
 from detector_training.core.distributed import World
 from detector_training.core.engine import MetricSums
-from detector_training.data.datasets import build_datasets
+from detector_training.data.formats import build_datasets
 from detector_training.data.synthetic_voc import generate
 from detector_training.errors import ConfigError
 from detector_training.families.ssd import SSD, base_size
