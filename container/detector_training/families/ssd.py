@@ -65,8 +65,8 @@ class SSD(DetectorFamily):
     options = ("final_fit",)
     loss_names = LOSS_NAMES
     metric_names = ()
-    # `make run NETWORK=ssd_512_mobilenet1.0_voc`: the smallest SSD from scratch at a 128-pixel
-    # data shape on the demo's generated images (benchmarks/README.md has what it reaches).
+    # `make run-ssd`: the smallest of the four SSDs from scratch at a 128-pixel data shape on the
+    # demo's generated images (benchmarks/learning.py --families ssd measures what it reaches).
     demo_defaults = {
         "network": "ssd_512_mobilenet1.0_voc",
         "short": "128",
