@@ -25,7 +25,7 @@ BASE_IMAGE ?= detector-base:bookworm
 # NVIDIA's stub driver library inside the GPU image, off its loader path (see Dockerfile).
 CUDA_STUB := /opt/detector-training/cuda-stub
 
-.PHONY: venv sdk-venv sysdeps run run-mask run-ssd test bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
+.PHONY: venv sdk-venv sysdeps run run-mask run-ssd test container-tier bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
 venv: $(STAMP)
 
 # OpenMPI (mpirun, and headers for Horovod's MPI controller) comes from the system.
@@ -68,19 +68,27 @@ SDK_STAMP := $(SDK_VENV)/.installed
 sdk-venv: $(SDK_STAMP)
 $(SDK_STAMP): constraints-sdk.txt Makefile sagemaker_launch/pyproject.toml
 	test -x $(SDK_VENV)/bin/python || $(PYTHON) -m venv $(SDK_VENV)
-	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt "sagemaker>=2.257,<3" pytest nbclient nbformat ipykernel
+	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt "sagemaker>=2.257,<3" pytest pytest-timeout nbclient nbformat ipykernel
 	# The container's pure-Python schema (config, metrics) without its training stack.
 	$(SDK_VENV)/bin/pip install -q --no-deps -e container
 	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt -e sagemaker_launch
 	touch $@
 
 # Everything: unit, functional, and container tests (the engine is started and both images built
-# first; where no engine can run at all, the container tests skip with a loud message).
-test: $(STAMP) $(SDK_STAMP)
-	if bash docker/ensure-engine.sh; then $(MAKE) image image-gpu; \
-	else echo "WARNING: no Docker engine could be started: container tests will be skipped"; fi
+# first). Where no engine can run, the container tests skip, each listed with its reason at the end
+# of the run; under CI=true (CI sets it) that fails here, before any test, naming the engine.
+test: $(STAMP) $(SDK_STAMP) container-tier
 	$(PY) -m pytest -q tests
 	SAGEMAKER_SUPPRESS_V2_WARNING=1 $(SDK_VENV)/bin/python -m pytest -q sagemaker_launch/tests
+
+container-tier:
+	if bash docker/ensure-engine.sh; then $(MAKE) image image-gpu; \
+	else case "$$(echo "$${CI:-}" | tr A-Z a-z)" in \
+	  true|1|yes) echo "ERROR: no Docker engine could be started (docker/ensure-engine.sh says why above):" \
+	    "CI=true, and the container tests may not be skipped" >&2; exit 1;; \
+	  *) echo "WARNING: no Docker engine could be started: the container tests will be skipped" \
+	    "(each listed with its reason at the end of the run)";; \
+	esac; fi
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine_overhead.py

@@ -3,6 +3,13 @@
 # debootstrap for the locally made base image) and start dockerd when none runs.
 set -euo pipefail
 if docker info >/dev/null 2>&1; then exit 0; fi
+# An engine named elsewhere (DOCKER_HOST) is not ours to start: say which did not answer.
+case "${DOCKER_HOST:-unix:///var/run/docker.sock}" in
+  unix:///var/run/docker.sock|unix:///run/docker.sock) ;;
+  *) echo "no Docker engine answers at DOCKER_HOST=$DOCKER_HOST ($(docker info 2>&1 | tail -1));" \
+       "start that one, or unset DOCKER_HOST to have this script start a local engine" >&2
+     exit 1;;
+esac
 if ! command -v dockerd >/dev/null || ! command -v docker-compose >/dev/null || ! command -v debootstrap >/dev/null; then
   echo "installing docker.io docker-compose debootstrap"
   apt-get update -qq
@@ -17,7 +24,7 @@ if ! docker info >/dev/null 2>&1; then
   done
 fi
 if ! docker info >/dev/null 2>&1; then
-  echo "dockerd did not start:" >&2
+  echo "no Docker engine: dockerd did not start:" >&2
   tail -20 /var/log/dockerd.log >&2 || true
   exit 1
 fi

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from docker_engine import require_engine
+
 BIN = os.path.dirname(sys.executable)
 
 # Small enough for 2 CPU cores: the project's ResNet-18 network, 128-pixel images.
@@ -121,20 +123,10 @@ def stop_mid_epoch_and_resume(base, processes, steps, epochs=2, timeout=600):
     return took, out, result
 
 
-def engine_answers():
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def skip_without_engine(what):
-    """The module's marks: none where a Docker engine answers, else a loud message and a skip."""
-    if engine_answers():
-        return []
-    print("\n" + "!" * 78 + "\n!! NO DOCKER ENGINE: the %s are SKIPPED on this machine.\n"
-          "!! Run `bash docker/ensure-engine.sh` (as root) to install and start one.\n" % what + "!" * 78)
-    return [pytest.mark.skip(reason="no Docker engine can run here")]
+def pytest_runtest_setup(item):
+    # Tests marked docker_engine skip without an engine (the reason in the summary), or under
+    # CI=true fail naming it (tests/docker_engine.py).
+    require_engine(item)
 
 
 def require_image(name, make_target):

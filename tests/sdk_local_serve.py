@@ -3,7 +3,8 @@ python).
 
 Usage: sdk_local_serve.py SPEC.json. SPEC has image, serving_port, image_path (one JPEG to
 predict), and either fit (data_dir, output_dir, hyperparameters: train first, then
-``estimator.deploy``) or model_data (a model.tar.gz to deploy as a ``Model``); with transform_dir
+``estimator.deploy``) or model_data (a model.tar.gz to deploy as a ``Model``); optionally
+custom_attributes (sent with the prediction, e.g. ``threshold=0``); with transform_dir
 and transform_output also a local batch transform (SingleRecord) of that folder of images.
 Prints the container logs and, last, one line `RESULT {json}`: the answer to ``predict`` and the
 transform's output folder.
@@ -38,7 +39,9 @@ def main(spec_path):
         predictor = trained.deploy(initial_instance_count=1, instance_type="local")
     try:
         with open(spec["image_path"], "rb") as handle:
-            answer = json.loads(predictor.predict(handle.read()))
+            # CustomAttributes travel as X-Amzn-SageMaker-Custom-Attributes (threshold=0: every detection).
+            args = {"CustomAttributes": spec["custom_attributes"]} if spec.get("custom_attributes") else None
+            answer = json.loads(predictor.predict(handle.read(), initial_args=args))
     finally:
         predictor.delete_endpoint()
     if "transform_dir" in spec:

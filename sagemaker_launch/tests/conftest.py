@@ -1,6 +1,18 @@
+import importlib.util
 import os
 
 import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The container tier's gate, the one tests/ uses (loaded by path: tests/ is not a package).
+_spec = importlib.util.spec_from_file_location("docker_engine", os.path.join(ROOT, "tests", "docker_engine.py"))
+docker_engine = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(docker_engine)
+
+
+def pytest_runtest_setup(item):
+    # Tests marked docker_engine skip without an engine, or under CI=true fail naming it.
+    docker_engine.require_engine(item)
 
 
 @pytest.fixture(autouse=True)

@@ -22,9 +22,9 @@ def image_present():
         return False
 
 
+@pytest.mark.docker_engine("notebook test")
+@pytest.mark.timeout(3600)  # training and an endpoint in local mode, 1200 s per cell
 def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
-    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        pytest.skip("NO DOCKER ENGINE: the notebook test needs one (bash docker/ensure-engine.sh)")
     assert image_present(), "image %s is missing: run `make image`" % IMAGE
     data = tmp_path / "voc"
     subprocess.run([os.path.join(ROOT, ".venv", "bin", "detector-generate-voc"), str(data),

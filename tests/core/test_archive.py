@@ -462,7 +462,7 @@ def test_extended_headers_are_bounded_before_tarfile_reads_them(place, tarmod, c
     started = time.monotonic()
     with pytest.raises(UnsafeArchive, match="extended header|pax global headers"):
         extract(data, place, tarmod)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # unbounded, tarfile takes minutes: this only catches that
     assert os.listdir(place / "parent") == []
 
 

@@ -33,6 +33,7 @@ def test_gluoncv_sampler_alone_gives_unequal_counts():
 def test_every_rank_runs_the_same_number_of_nonempty_batches(n, world, batch):
     for epoch in (0, 1, 5):
         steps, per_rank = rank_batches(n, world, batch, epoch)
+        assert steps > 0 and len(per_rank) == world
         assert all(len(batches) == steps for batches in per_rank)
         assert all(0 < len(b) <= batch for batches in per_rank for b in batches)
         assert all(0 <= i < n for batches in per_rank for b in batches for i in b)

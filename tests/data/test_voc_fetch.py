@@ -128,7 +128,8 @@ def test_tar_specs_follow_data_checksums():
     assert [s.name for s in voc] == list(TARS)
     assert voc[0].sha1 == "34ed68851bce2a36e2a223fa52c661d592c66b3c"
     assert voc[2].sha1 == "4e443f8a2eca6b1dac8a6c57641b67dd40621a49"
-    assert all(s.sha1 is None for s in tar_specs("none"))
+    unchecked = tar_specs("none")
+    assert [s.name for s in unchecked] == list(TARS) and all(s.sha1 is None for s in unchecked)
     custom = tar_specs(json.dumps({"mine.tar": "A" * 40}))
     assert custom == (TarSpec("mine.tar", "a" * 40),)
     with pytest.raises(DataError, match="plain file name"):
@@ -384,7 +385,8 @@ def test_a_dripping_mirror_fails_over_to_the_next_one(tmp_path, voc_tars, mirror
         config, env, work = job(tmp_path, voc_tars, data_mirrors="%s,%s" % (base, base2))
         started = time.monotonic()
         root = acquire_voc(config, env, World(), work, FetchOptions(deadline_s=1.0, backoff_s=0.01, timeout_s=5))
-        assert time.monotonic() - started < 15
+        # The 3 MB drip would take hours: a minute only catches a mirror that was never left.
+        assert time.monotonic() - started < 60
         assert_complete(root, voc_tars)
         assert marker(root)["tars"][V12]["source"] == base2
 
@@ -452,7 +454,7 @@ def test_a_waiting_rank_times_out_and_ignores_an_earlier_launch_failure(tmp_path
     with pytest.raises(DataError, match="timed out after 1 s waiting for local rank 0") as caught:
         acquire_voc(config, env, world, work, FetchOptions(wait_timeout_s=0.6, poll_s=0.05))
     assert "stale failure" not in str(caught.value)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # only catches a wait past its 0.6 s timeout (hours by default)
 
 
 def test_a_complete_directory_is_reused_without_any_request(tmp_path, voc_tars, mirror, caplog):

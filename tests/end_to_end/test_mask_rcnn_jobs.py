@@ -85,6 +85,7 @@ def test_two_horovod_ranks_train_and_validate_a_mask_job_together(job_dir):
     assert set(validation["per_class"]) == set(validation["mask_per_class"]) == {"circle", "triangle"}
 
 
+@pytest.mark.timeout(2400)  # two jobs, each with its own deadlines (stop_mid_epoch_and_resume)
 @pytest.mark.parametrize("processes", [1, 2])
 def test_sigterm_mid_epoch_checkpoints_a_mask_job_and_the_next_run_resumes(job_dir, processes):
     base = make_job(job_dir, dict(MASK, epochs="2", batch_size=str(processes), log_interval="1",

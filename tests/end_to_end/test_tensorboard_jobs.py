@@ -4,10 +4,13 @@ own reader: a two-rank job stopped by SIGTERM mid-epoch and resumed writes one s
 
 import os
 
+import pytest
+
 from conftest import make_job, stop_mid_epoch_and_resume
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
+@pytest.mark.timeout(2400)  # two jobs, each with its own deadlines (stop_mid_epoch_and_resume)
 def test_a_stopped_and_resumed_two_rank_job_continues_its_curves(job_dir):
     steps = 6  # 12 images, global batch 2
     base = make_job(job_dir, {"epochs": "2", "batch_size": "2", "log_interval": "1",

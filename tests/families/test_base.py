@@ -70,4 +70,5 @@ def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_roo
     assert set(losses) == set(families.get(network).loss_names)
     assert all(math.isfinite(v) for v in losses.values()), losses
     assert result["images"] == 1
-    assert all(0.0 <= result[name] <= 1.0 for name in families.get(network).score_names)
+    scores = families.get(network).score_names
+    assert scores and all(0.0 <= result[name] <= 1.0 for name in scores), result

@@ -134,7 +134,7 @@ POSITIVE_ONLY = {"faster_rcnn": ("rpn_smoothl1_loss", "rcnn_smoothl1_loss"),
 def test_a_negative_reaches_a_training_step_with_finite_losses(roots, fmt, network):
     family = families.get(network["network"])
     losses, batch = negative_batch_losses(roots[fmt], fmt, network, with_positive=False)
-    assert all(np.isfinite(v) for v in losses.values()), losses
+    assert set(losses) == set(family.loss_names) and all(np.isfinite(v) for v in losses.values()), losses
     for name in POSITIVE_ONLY[family.name]:
         assert losses[name] == 0.0, (name, losses)  # nothing to find: no positive anchor or RoI
     if family.name in ("yolo3", "ssd"):

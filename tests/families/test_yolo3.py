@@ -168,7 +168,7 @@ def test_mixup_uses_beta_ratios_without_loss_weight_and_turns_off_at_the_end(voc
     family = families.get("yolo3_mobilenet0.25_voc")
     config = yolo_config(mixup=True, epochs=4, no_mixup_epochs=1)
     _, losses, batch = one_step_losses(config, voc_root)
-    assert all(np.isfinite(v) for v in losses.values())
+    assert set(losses) == {"obj_loss", "center_loss", "scale_loss", "cls_loss"} and all(np.isfinite(v) for v in losses.values()), losses
 
     class Mixup:
         def set_mixup(self, fn=None, *args):
@@ -364,7 +364,7 @@ def test_yolo_on_coco_format_data_scores_with_cocos_metric_in_original_pixels(tm
     family, dist = families.get(config.network), SingleProcess()
     datasets = build_datasets(config, root)
     net, losses, _ = one_step_losses(config, root)
-    assert all(np.isfinite(v) for v in losses.values())
+    assert set(losses) == {"obj_loss", "center_loss", "scale_loss", "cls_loss"} and all(np.isfinite(v) for v in losses.values()), losses
     loader, indices = family.val_loader(config, net, datasets, dist.world, 0)
     result = validate(family, net, loader, indices, mx.cpu(), dist, config, datasets,
                       str(tmp_path))

@@ -57,7 +57,7 @@ def test_codebuild_syntax():
 
 def test_every_command_it_names_exists():
     targets = make_targets()
-    tools = {"aws", "docker", "export"}
+    tools = {"aws", "docker", "export", "test"}
     for command in commands(load()):
         for part in command.split("|"):
             words = shlex.split(part.strip())
@@ -65,11 +65,11 @@ def test_every_command_it_names_exists():
             if head == "make":
                 named = [w for w in words[1:] if "=" not in w and not w.startswith("-")]
                 assert named and all(t in targets for t in named), command
-            elif head.startswith(".venv/") or head.startswith("bash"):
+            elif head.startswith((".venv/", ".venv-sdk/")) or head.startswith("bash"):
                 path = words[1] if head == "bash" else head
-                assert path.startswith(".venv/") or os.path.exists(os.path.join(ROOT, path)), command
+                assert path.startswith((".venv/", ".venv-sdk/")) or os.path.exists(os.path.join(ROOT, path)), command
                 for word in words[1:]:
-                    if word.startswith("tests") and "=" not in word:
+                    if word.startswith(("tests", "sagemaker_launch")) and "=" not in word:
                         assert os.path.exists(os.path.join(ROOT, word)), command
                     if word.startswith("--ignore="):
                         assert os.path.exists(os.path.join(ROOT, word.split("=", 1)[1])), command
@@ -81,7 +81,6 @@ def test_it_builds_both_variants_smoke_tests_and_pushes_the_gpu_image_by_commit(
     spec = load()
     text = "\n".join(commands(spec))
     assert "make image-gpu" in text and "make image " in text and "make smoke" in text
-    assert "pytest -q tests/image/test_gpu_image.py" in "\n".join(spec["phases"]["build"]["commands"])
     # A failed test aborts the build: post_build (the push) would otherwise still run.
     assert spec["phases"]["build"].get("on-failure") == "ABORT"
     assert spec["phases"]["pre_build"].get("on-failure") == "ABORT"
@@ -121,3 +120,29 @@ def test_no_image_build_takes_a_wheel_from_outside_the_build():
     # pick up the CPU wheel the local install made.
     for target in ("image", "image-gpu", "base-image", "pretrained"):
         assert not any("whl" in line or "WHEELHOUSE" in line for line in recipe(target)), target
+
+
+def test_the_built_images_are_tested_before_the_push():
+    """Container, serving and GPU-image tests against the images just built, the launcher's
+    local-mode tests in the SDK environment, all before the push; CI=true so none of them skips."""
+    spec = load()
+    assert list(spec["phases"]) == ["install", "pre_build", "build", "post_build"]
+    assert spec["env"]["variables"]["CI"] == "true"
+    assert "make sdk-venv" in spec["phases"]["install"]["commands"]
+    for name in ("install", "pre_build", "build", "post_build"):
+        assert spec["phases"][name].get("on-failure") == "ABORT", name
+    build = spec["phases"]["build"]["commands"]
+    builds = [i for i, c in enumerate(build) if c.startswith(("make image ", "make image-gpu "))]
+    image_tests = build.index(".venv/bin/python -m pytest -q tests/image")
+    sdk_tests = build.index(".venv-sdk/bin/python -m pytest -q sagemaker_launch/tests")
+    assert len(builds) == 2 and max(builds) < min(image_tests, sdk_tests)
+    # The whole folder, nothing left out of it: the serving, container and GPU-image tests.
+    for module in ("test_serve_image.py", "test_container.py", "test_gpu_image.py"):
+        assert os.path.isfile(os.path.join(ROOT, "tests", "image", module)), module
+    for command in (build[image_tests], build[sdk_tests]):
+        options = shlex.split(command.split(" pytest ", 1)[1])
+        assert not [o for o in options if o.startswith(("-k", "-m", "--ignore", "--deselect")) or "::" in o], command
+    # The push comes last, and only while the build is succeeding.
+    post = spec["phases"]["post_build"]["commands"]
+    assert post[0] == 'test "${CODEBUILD_BUILD_SUCCEEDING}" = 1'
+    assert [i for i, c in enumerate(post) if c.startswith("docker push")] == [len(post) - 1]

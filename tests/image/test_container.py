@@ -1,8 +1,8 @@
 """The image, really run: `docker run IMAGE train` and SageMaker SDK v2 local mode (1 and 2 hosts).
 
 Needs a Docker engine and the CPU image (`make test` starts the engine and runs `make image`
-first). Without any engine these tests skip with a loud message; with an engine but no image they
-fail, since that means the build broke.
+first). Without any engine these tests skip, the reason in pytest's summary, and under CI=true
+they fail; with an engine but no image they fail, since that means the build broke.
 """
 
 import json
@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from conftest import TINY, make_job, require_image, skip_without_engine
+from conftest import TINY, make_job, require_image
 
 from detector_training.job.metrics import METRIC_DEFINITIONS, definitions_for
 
@@ -24,7 +24,8 @@ IMAGE = os.environ.get("IMAGE", "detector-training:cpu")
 SDK_PYTHON = os.path.join(ROOT, ".venv-sdk", "bin", "python")
 
 
-pytestmark = skip_without_engine("container tests")
+# Whole jobs in containers and SDK local mode, each with its own deadlines (up to 1500 s).
+pytestmark = [pytest.mark.docker_engine("container tests"), pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="module")

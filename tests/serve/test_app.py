@@ -78,6 +78,7 @@ def test_verbose_answer_is_what_detector_predict_writes(served, shapes):
     assert answer.status_code == 200
     found = answer.json()
     expected = expected_detections(model_dir, jpeg)
+    assert len(found) == len(expected) > 0
     assert [d["class"] for d in found] == [d["class"] for d in expected]
     np.testing.assert_allclose([d["box"] + [d["score"]] for d in found],
                                [d["box"] + [d["score"]] for d in expected], atol=1e-3)
