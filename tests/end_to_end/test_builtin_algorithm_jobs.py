@@ -57,6 +57,28 @@ def test_the_notebooks_hyperparameters_with_a_network_train_that_network(job_dir
     assert float(re.search(regexes["train:progress"], out).group(1)) == 100.0
 
 
+def test_the_notebooks_hyperparameters_without_a_network_train_the_ssd_the_algorithm_runs(job_dir):
+    base = builtin_job(job_dir, dict(NOTEBOOK_TINY, **DATA))
+    result = run_rank_job(base)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "built-in algorithm's hyperparameters: network=ssd_512_resnet50_v1_custom (the built-in " \
+           "algorithm's SSD for base_network=resnet-50, image_shape=128)" in out
+    assert re.search(r"world: rank=0 size=1 .* family=ssd", out)
+    config = read_json(base, "model", "config.json")
+    assert (config["network"], config["short"], config["nms_threshold"]) == \
+        ("ssd_512_resnet50_v1_custom", [128], 0.45)
+    from detector_training.job.metrics import METRIC_DEFINITIONS
+
+    # the built-in algorithm's metric names, as a tuning job written for it reads them
+    regexes = {d["Name"]: d["Regex"] for d in METRIC_DEFINITIONS}
+    for name in ("validation:mAP", "train:cross_entropy", "train:smooth_l1", "train:throughput",
+                 "train:progress"):
+        assert re.search(regexes[name], out), name
+    for name in ("model-symbol.json", "model-0000.params"):
+        assert os.path.isfile(os.path.join(base, "model", name))
+
+
 def test_num_classes_that_the_data_does_not_have_fails_naming_its_classes(job_dir):
     data = {k: v for k, v in DATA.items() if k != "classes"}  # the classes the data has
     base = builtin_job(job_dir, dict(NOTEBOOK_TINY, network="faster_rcnn_resnet50_v1b_voc",

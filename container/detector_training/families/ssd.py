@@ -108,7 +108,8 @@ class SSD(DetectorFamily):
                 config.network, pretrained=False, classes=list(classes), **kwargs)}
         return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
                                  own_networks=own, builder=ZOO_BUILDER,
-                                 overrides=scaled_anchor_sizes(self.data_shape(config)))
+                                 overrides=scaled_anchor_sizes(self.data_shape(config)),
+                                 nms_threshold=config.nms_threshold)
 
     def fit_to_data(self, net, config, datasets):
         """A data shape the network's feature layers cannot take is a ConfigError naming the
