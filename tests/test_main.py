@@ -20,7 +20,7 @@ from mxnet import autograd
 from detector_training import main
 from detector_training.core.checkpoint import CheckpointManager
 from detector_training.core.distributed import SingleProcess, World
-from detector_training.core.engine import (CheckpointHook, EpochSetupHook, FinalModelHook,
+from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, EpochSetupHook, FinalModelHook,
                                            LearningRateHook, MetricLogHook, StopHook, ValidationHook)
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.data.formats.custom import CustomVOC
@@ -220,6 +220,18 @@ def test_read_data_hands_the_root_to_the_family_and_logs_the_sizes(tmp_path, cap
     assert "data: 4 training images, 3 validation images, classes=a,b" in caplog.text
 
 
+def test_num_classes_other_than_the_datas_stops_before_the_network_is_built(tmp_path):
+    from detector_training.errors import ConfigError
+
+    family = ToyFamily()
+    assert main.read_data(make_config(dataset="coco", num_classes="2"), make_env(tmp_path), World(),
+                          family).classes == CLASSES
+    with pytest.raises(ConfigError) as err:
+        main.read_data(make_config(dataset="coco", num_classes="3"), make_env(tmp_path), World(), family)
+    assert err.value.cause == "num_classes=3, but the training data has 2 classes (a,b)."
+    assert "set num_classes=2, or leave it out" in err.value.fix
+
+
 # --- 3. network and 4. loaders --------------------------------------------------------------------
 
 def test_the_network_is_built_for_the_classes_and_carries_its_image_sizes(tmp_path):
@@ -295,8 +307,9 @@ def hooks_for(tmp_path, monkeypatch, config, validated):
 def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
     hooks, _network, checkpoints = hooks_for(tmp_path, monkeypatch, make_config(), [])
     assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, StopHook,
-                                        ValidationHook, TensorBoardHook, CheckpointHook, FinalModelHook]
-    assert hooks[6] is checkpoints and hooks[3].checkpoint_hook is checkpoints
+                                        ValidationHook, EarlyStoppingHook, TensorBoardHook,
+                                        CheckpointHook, FinalModelHook]
+    assert hooks[7] is checkpoints and hooks[3].checkpoint_hook is checkpoints
 
 
 def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkeypatch):

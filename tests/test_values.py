@@ -84,3 +84,12 @@ def test_a_hyperparameter_nested_deeper_than_the_parser_goes_is_a_value_error():
 
     with pytest.raises(ConfigError, match="classes"):
         from_hyperparameters({"classes": deep})
+
+
+def test_parse_regex_keeps_the_text_of_a_valid_expression_and_names_the_error_of_another():
+    from detector_training.values import parse_regex
+
+    assert parse_regex(" ^conv1_|^conv2_ ") == "^conv1_|^conv2_" and parse_regex("") == ""
+    with pytest.raises(ValueError) as err:
+        parse_regex("[conv")
+    assert str(err.value).startswith("a regular expression (unterminated character set")

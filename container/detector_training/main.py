@@ -22,8 +22,9 @@ from detector_training import families
 from detector_training.data import formats
 from detector_training.core.checkpoint import CheckpointManager, load_latest, resume_trainer
 from detector_training.core.distributed import init_distributed
-from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook,
-                                           LearningRateHook, MetricLogHook, StopHook, ValidationHook)
+from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, Engine, EpochSetupHook,
+                                           FinalModelHook, LearningRateHook, MetricLogHook, StopHook,
+                                           ValidationHook)
 from detector_training.core.evaluation import validate
 from detector_training.core.model_dir import ModelDirectory
 from detector_training.core.tensorboard_events import TensorBoardHook
@@ -31,6 +32,7 @@ from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
 from detector_training.data.loaders import close_loader
 from detector_training.data.samplers import steps_per_epoch
+from detector_training.errors import ConfigError
 from detector_training.job.config_file import load_config
 from detector_training.job.failure import report_failure
 from detector_training.job.guards import adapt_workers, check_gpu_runs, gpu_count
@@ -154,6 +156,11 @@ def seed_everything(seed, rank):
 
 def read_data(config, env, world, family):
     datasets = family.read_datasets(config, data_root(config, env, world))
+    if config.num_classes is not None and len(datasets.classes) != config.num_classes:
+        raise ConfigError("num_classes=%d, but the training data has %d classes (%s)."
+                          % (config.num_classes, len(datasets.classes), ",".join(datasets.classes)),
+                          "set num_classes=%d, or leave it out (the data's classes are used), or name "
+                          "the classes to train with classes." % len(datasets.classes))
     if world.is_main:
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
@@ -259,10 +266,13 @@ def make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
                         scratch)
 
     def write_final(engine):
+        validation = engine.last_validation
+        if engine.early_stop is not None:  # the model is the best one, not the last
+            validation = model_dir.load_best(engine.net, ctx) or validation
         model_dir.write_final(family=family, config=config, net=engine.net,
                               classes=datasets.classes, effective_config=effective,
-                              history=engine.history, validation=engine.last_validation,
-                              fitted=network.fitted)
+                              history=engine.history, validation=validation,
+                              fitted=network.fitted, stopped=engine.early_stop)
 
     train_data = loaders.train
     return [
@@ -274,6 +284,7 @@ def make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
         ValidationHook(validate_now,
                        lambda engine: model_dir.save_best(engine.net, engine.last_validation),
                        scores=family.score_names, objective=family.objective),
+        EarlyStoppingHook(family.objective),
         TensorBoardHook(env.paths.tensorboard_dir, effective),
         checkpoints,
         FinalModelHook(write_final),
@@ -293,6 +304,10 @@ def train(engine, config, world, base_lr):
     if engine.stopped:
         LOG.info("stopped: rank=%d steps=%d at epoch %d iteration %d", world.rank, done,
                  engine.epoch, engine.iteration)
+    elif engine.early_stop is not None:
+        LOG.info("finished early: rank=%d steps=%d epochs=%d..%d of %d (early stopping; the model is "
+                 "the best, from epoch %s)", world.rank, done, engine.start_epoch, engine.epoch,
+                 config.epochs, engine.early_stop.get("best_epoch"))
     else:
         LOG.info("finished: rank=%d steps=%d epochs=%d..%d", world.rank, done, engine.start_epoch,
                  engine.epoch - 1)

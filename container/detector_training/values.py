@@ -4,6 +4,7 @@ configuration, the launcher and the data readers; nothing here imports beyond th
 
 import json
 import math
+import re
 
 
 _TRUE = ("true", "1", "yes", "y", "on")
@@ -72,6 +73,16 @@ def parse_str(value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     raise ValueError("a string")
+
+
+def parse_regex(value):
+    """A regular expression (Python's ``re``), kept as its text; empty means none."""
+    text = parse_str(value)
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError("a regular expression (%s)" % exc) from None
+    return text
 
 
 def _split_list(value):

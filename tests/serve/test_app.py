@@ -16,7 +16,7 @@ from conftest import wait_for
 from detector_training import predict
 from served import CLASSES, EVERYTHING, Served, bad_requests, encoded, shapes  # noqa: F401 (fixture)
 
-FAMILIES = ("faster_rcnn", "yolo3", "mask_rcnn")
+FAMILIES = ("faster_rcnn", "yolo3", "ssd", "mask_rcnn")
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -84,7 +84,7 @@ class YOLOv3(DetectorFamily):
             own = {config.network: lambda **kwargs: get_model(
                 config.network, pretrained=False, classes=list(classes), **kwargs)}
         return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
-                                 own_networks=own)
+                                 own_networks=own, nms_threshold=config.nms_threshold)
 
     def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
         import mxnet as mx
@@ -128,7 +128,7 @@ class YOLOv3(DetectorFamily):
         return detect_original_boxes(net, loader, indices, ctx)
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        return score_boxes(datasets, gathered, scratch_dir)
+        return score_boxes(datasets, gathered, scratch_dir, config.overlap_threshold)
 
     def export(self, config, classes, params_path, prefix, fitted):
         import mxnet as mx

@@ -12,7 +12,7 @@ import logging
 import os
 
 from detector_training.data.formats.data_format import VALIDATION_CHANNEL, LabelledFormat
-from detector_training.data.formats.voc import VOC_PRESET, check_voc_splits
+from detector_training.data.formats.voc import VOC, VOC_PRESET, check_voc_splits
 from detector_training.data.layouts import split_names, voc_exports
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
@@ -49,6 +49,11 @@ class CustomVOC(LabelledFormat):
 
     def check_config(self, config):
         return check_voc_splits(config)
+
+    def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
+        """The generated VOCdevkit of dataset=voc, in the 'voc' channel (its classes are read
+        from the annotations)."""
+        VOC().generate(channels_dir, n_train, n_test, n_train_2012, seed)
 
     def data_root(self, config, env, world):
         """A VOCdevkit tree: the folder holding it (the channel's, or your own tars fetched from
