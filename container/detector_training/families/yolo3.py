@@ -56,6 +56,7 @@ class YOLOv3(DetectorFamily):
     # each box by its image's ratio, so the losses need no further weight.
     mixup_draw = ("beta", 1.5, 1.5)
     mixup_loss_weight = 1.0
+    test_resize = "square"  # YOLOValTransform: served and evaluated as it validates
 
     def check_config(self, config):
         short = config.short or (DEFAULT_SIZE,)
