@@ -354,3 +354,26 @@ def test_dataset_samples_read_gluoncv_items_without_placeholders():
     np.testing.assert_array_equal(boxes, [[1, 2, 11, 12], [5, 5, 25, 25]])
     assert list(labels) == [0, 2] and list(difficult) == [False, True]
     assert all(len(s[2]) == 0 and len(s[3]) == 0 for s in samples[1:])
+
+
+def test_a_labelled_set_is_evaluated_into_the_report(model, tmp_path, wide_image):
+    """What an evaluation without training calls: labelled images as a layout's reader gives them
+    (data/labelled.py), the loaded model, the report written."""
+    from detector_training.core import eval_report
+    from detector_training.data.labelled import Box, LabelledImage, LabelledSet
+
+    path = tmp_path / "street.png"
+    Image.fromarray(wide_image).save(path)
+    labelled = LabelledSet(images=[LabelledImage(str(path), [Box(10, 20, 100, 120, model.classes[1]),
+                                                           Box(150, 30, 200, 90, model.classes[0], True)])])
+    samples = list(inference.labelled_set_samples(labelled, model.classes))
+    name, rgb, boxes, labels, difficult, load = samples[0]
+    assert name == "street.png" and (rgb == wide_image).all() and (load() == wide_image).all()
+    assert list(labels) == [1, 0] and list(difficult) == [False, True] and boxes.shape == (2, 4)
+    evaluation, pictures, text = inference.evaluate(model, samples, str(tmp_path / "report"))
+    assert evaluation.images == 1 and evaluation.classes == model.classes
+    assert set(eval_report.FILES) == set(os.listdir(tmp_path / "report"))
+    assert "street.png (F1" in text and evaluation.curves[1].positives == 1
+    stranger = LabelledSet(images=[LabelledImage(str(path), [Box(1, 1, 9, 9, "zebra")], where="a.xml")])
+    with pytest.raises(inference.InferenceError, match="a.xml: class zebra is not one of the model's"):
+        list(inference.labelled_set_samples(stranger, model.classes))

@@ -333,3 +333,34 @@ def dataset_samples(dataset):
         difficult = label[:, 5] > 0 if label.shape[1] > 5 else np.zeros(len(label), dtype=bool)
         name = os.path.basename(str(paths[position])) if paths and position < len(paths) else "#%d" % position
         yield name, item[0].asnumpy(), label[:, :4], label[:, 4].astype(int), difficult, load
+
+
+def labelled_set_samples(labelled, classes):
+    """The samples ``labelled_results`` takes, from a ``data/labelled.py`` LabelledSet (image
+    files decoded under this module's policy; class names to indices into ``classes``). A box of
+    a class outside ``classes`` is an InferenceError naming it and its image."""
+    import numpy as np
+
+    index = {name: i for i, name in enumerate(classes)}
+    for image in labelled.images:
+        unknown = sorted({box.label for box in image.boxes if box.label not in index})
+        if unknown:
+            raise InferenceError("%s: class %s is not one of the model's classes (%s)"
+                                 % (image.where or image.path, ", ".join(unknown), ", ".join(classes)))
+        rgb = read_image(image.path)
+        yield (os.path.basename(image.path), rgb,
+               np.array([[b.xmin, b.ymin, b.xmax, b.ymax] for b in image.boxes]).reshape((-1, 4)),
+               np.array([index[b.label] for b in image.boxes], dtype=int),
+               np.array([b.difficult for b in image.boxes], dtype=bool),
+               lambda path=image.path: read_image(path))
+
+
+def evaluate(model, samples, out_dir, size_ious=None):
+    """The model on labelled samples (``dataset_samples``, ``labelled_set_samples``): the
+    evaluation report (core/eval_report.py) written into ``out_dir``, at the validation's IoU and
+    the default score threshold; AP by size at ``size_ious`` (default: the validation IoU).
+    Returns ``(evaluation, {file: PNG bytes}, markdown)``."""
+    from detector_training.core.eval_report import VALIDATION_IOU, write_evaluation
+
+    return write_evaluation(out_dir, labelled_results(model, samples), model.classes, VALIDATION_IOU,
+                            DEFAULT_THRESHOLD, size_ious or (VALIDATION_IOU,))

@@ -24,7 +24,7 @@ from detector_training.core.checkpoint import CheckpointManager, load_latest, re
 from detector_training.core.distributed import init_distributed
 from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook,
                                            LearningRateHook, MetricLogHook, StopHook, ValidationHook)
-from detector_training.core.eval_report import COCO_IOUS, VALIDATION_IOU, write_evaluation
+from detector_training.core.eval_report import COCO_IOUS
 from detector_training.core.evaluation import validate
 from detector_training.core.model_dir import (BEST_PARAMS, CLASSES_FILE, CONFIG_FILE, EXPORT_PREFIX,
                                               ModelDirectory)
@@ -282,10 +282,9 @@ def evaluation_report(engine, config, family, network, datasets, model_path, ctx
         for name in (CLASSES_FILE, CONFIG_FILE):
             shutil.copy(os.path.join(model_path, name), scratch)
         model = inference.load_model(scratch, ctx)
-        results = inference.labelled_results(model, inference.dataset_samples(datasets.val))
-        evaluation, pictures, text = write_evaluation(
-            model_path, results, datasets.classes, VALIDATION_IOU, inference.DEFAULT_THRESHOLD,
-            COCO_IOUS if config.dataset == "coco" else (VALIDATION_IOU,))
+        evaluation, pictures, text = inference.evaluate(
+            model, inference.dataset_samples(datasets.val), model_path,
+            COCO_IOUS if config.dataset == "coco" else None)
         engine.pictures.update(("evaluation/" + name.rsplit(".", 1)[0], png) for name, png in pictures.items())
         engine.texts["evaluation/report"] = text
         LOG.info("evaluation: the best model on %d validation image(s): mAP %.4f at IoU %.2f; "
