@@ -291,7 +291,7 @@ def test_every_family_detects_in_original_image_pixels(trained_models, family, w
     assert (boxes >= 0).all() and (boxes[:, [0, 2]] <= 319).all() and (boxes[:, [1, 3]] <= 239).all()
     assert all(("mask" in d) == (family == "mask_rcnn") for d in found)
     assert all("mask" not in d for d in inference.detect_image(model, wide_image, 0.0, masks=False))
-    assert len(inference.detect_image(model, wide_image, 0.0, max_detections=3)) == 3
+    assert len(inference.detect_image(model, wide_image, 0.0, max_detections=1)) == 1
 
 
 @pytest.mark.parametrize("family, square", [("faster_rcnn", False), ("yolo3", True), ("mask_rcnn", False)])
@@ -310,16 +310,22 @@ def test_the_input_is_resized_as_the_family_validates(trained_models, family, sq
         assert scale_x == pytest.approx(scale_y, rel=0.02)
 
 
-def test_a_square_model_validates_as_yolos_val_transform(trained_models, wide_image):
+@pytest.mark.parametrize("family", ["faster_rcnn", "yolo3"])
+def test_the_input_is_what_the_familys_validation_transform_makes(trained_models, family, wide_image):
+    """Pixels and the factor back to the image, as validation has them (so that a model scores
+    the same through inference as in its job's validation)."""
     import mxnet as mx
+    from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultValTransform
 
     from detector_training.families.yolo3 import YOLOValTransform
 
-    model = inference.load_model(trained_models["yolo3"])
-    data, _scale = inference.network_input(model, wide_image)
-    expected, _label, _ = YOLOValTransform(model.max_size)(mx.nd.array(wide_image, dtype="uint8"),
-                                                          np.zeros((1, 5), dtype=np.float32))
+    model = inference.load_model(trained_models[family])
+    data, scale = inference.network_input(model, wide_image)
+    transform = YOLOValTransform(model.max_size) if model.square else \
+        FasterRCNNDefaultValTransform(model.short, model.max_size)
+    expected, _label, factor = transform(mx.nd.array(wide_image, dtype="uint8"), np.zeros((1, 5), dtype=np.float32))
     np.testing.assert_allclose(data[0].asnumpy(), expected.asnumpy(), atol=1e-5)
+    np.testing.assert_allclose(scale, factor.asnumpy()[:2] if model.square else [factor.asscalar()] * 2, rtol=1e-6)
 
 
 # --- what the evaluation report reads --------------------------------------------------------------

@@ -6,9 +6,9 @@ the evaluation report and the serving benchmark all run.
   ``model-symbol.json`` + ``model-0000.params``, ``classes.json`` and ``config.json``;
 * **decode**: image bytes to RGB pixels with Pillow under a policy (formats, a pixel cap read
   from the header, truncated files refused, grey/palette/RGBA/CMYK/16-bit converted);
-* **detect**: the family's test-time resize (GluonCV's test preset: short side = the last
-  training scale, longer side capped at ``max_size``; a square input for families that validate
-  on squares, YOLOv3), the forward pass, and boxes back in the pixel coordinates of the original
+* **detect**: the image resized as the family's validation resizes it (R-CNN families: short
+  side = the last training scale, longer side capped at ``max_size``; YOLOv3: a ``max_size``
+  square), the forward pass, and boxes back in the pixel coordinates of the original
   image (its stored pixel grid: like MXNet's decoder, EXIF orientation is not applied), with
   masks as COCO's compressed RLE for a model that segments.
 
@@ -133,10 +133,10 @@ def _test_sizes(config, source):
 def square_input(config):
     """Whether the model's family validates (and so is run) on square inputs: the family's
     ``test_resize``; a network no family registers is run as the R-CNN families are."""
-    from detector_training.families import family_of
+    from detector_training import families
 
     try:
-        return family_of(config.get("network")).test_resize == "square"
+        return families.get(config.get("network")).test_resize == "square"
     except (KeyError, TypeError):
         return False
 
@@ -221,23 +221,24 @@ def read_image(image_path):
 
 def network_input(model, rgb):
     """The network's input for an RGB uint8 array, and the factors (x, y) from its pixels back to
-    the original image's: GluonCV's test preset (aspect kept), or its YOLOv3 validation resize
-    (a ``max_size`` square) for a square-input model."""
+    the original image's, as the family's validation transform makes them: GluonCV's R-CNN
+    validation resize (short side ``short``, longer side at most ``max_size``, bilinear, one
+    factor from the heights), or its YOLOv3 one (a ``max_size`` square) for a square-input
+    model."""
     import mxnet as mx
+    from gluoncv.data.transforms import image as timage
 
     height, width = rgb.shape[:2]
     image = mx.nd.array(rgb, dtype="uint8")
     if model.square:
-        from gluoncv.data.transforms import image as timage
-
         size = model.max_size
-        data = mx.nd.image.to_tensor(timage.imresize(image, size, size, interp=9))
-        data = mx.nd.image.normalize(data, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
-        return data.expand_dims(0), (width / float(size), height / float(size))
-    from gluoncv.data.transforms.presets.rcnn import transform_test
-
-    data, resized = transform_test(image, short=model.short, max_size=model.max_size)
-    return data, (width / float(resized.shape[1]), height / float(resized.shape[0]))
+        resized, scale = timage.imresize(image, size, size, interp=9), (width / float(size), height / float(size))
+    else:
+        resized = timage.resize_short_within(image, model.short, model.max_size, interp=1)
+        scale = (height / float(resized.shape[0]),) * 2
+    data = mx.nd.image.normalize(mx.nd.image.to_tensor(resized), mean=(0.485, 0.456, 0.406),
+                                 std=(0.229, 0.224, 0.225))
+    return data.expand_dims(0), scale
 
 
 def detect_image(model, rgb, threshold=DEFAULT_THRESHOLD, max_detections=None, masks=True):
