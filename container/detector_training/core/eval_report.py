@@ -316,13 +316,13 @@ def evaluate(results, classes, iou=0.5, threshold=0.5, size_ious=(0.5,)):
 
 # --- pictures ----------------------------------------------------------------------------------
 
-def _figure(width, height):
+def _figure(width, height, dpi=100):
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), dpi=100)
+    return Figure(figsize=(width, height), dpi=dpi)
 
 
 def _png(fig):
@@ -381,7 +381,7 @@ def confusion_png(evaluation):
 
 def grid_png(evaluation, results):
     rows = evaluation.grid
-    fig = _figure(9, 3.2 * max(1, len(rows)))
+    fig = _figure(9, 3.2 * max(1, len(rows)), dpi=80)  # up to 8 rows: keep the PNG small
     if not rows:
         fig.text(0.5, 0.5, "no validation image", ha="center")
         return _png(fig)
