@@ -29,7 +29,8 @@ from detector_training.core.distributed import SingleProcess
 from detector_training.core.engine import (Engine, EpochSetupHook, LearningRateHook, MetricLogHook,
                                            MetricSums)
 from detector_training.core.solver import lr_at, make_trainer
-from detector_training.data.datasets import build_datasets, steps_per_epoch
+from detector_training.data.formats import build_datasets
+from detector_training.data.samplers import steps_per_epoch
 from detector_training.data.synthetic_voc import generate
 
 HPS = {"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom", "pretrained_base": "false",

@@ -125,7 +125,7 @@ def test_no_circle_between_modules():
 
 @pytest.mark.parametrize("importer, imported, upward", [
     ("detector_training.core.start_model", "detector_training.predict", True),
-    ("detector_training.data.datasets", "detector_training.job.config", True),
+    ("detector_training.data.common", "detector_training.job.config", True),
     ("detector_training.job.launcher", "detector_training.core.archive", False),
     ("detector_training.main", "detector_training.errors", False),
 ])

@@ -23,6 +23,7 @@ from detector_training.core.distributed import SingleProcess, World
 from detector_training.core.engine import (CheckpointHook, EpochSetupHook, FinalModelHook,
                                            LearningRateHook, MetricLogHook, StopHook, ValidationHook)
 from detector_training.core.tensorboard_events import TensorBoardHook
+from detector_training.data.formats.voc import CustomVOC
 from detector_training.job.config import from_hyperparameters
 
 CLASSES = ("a", "b")
@@ -130,7 +131,8 @@ def make_env(tmp_path, model_channel=None):
         checkpoint_dir=str(tmp_path / "checkpoints"), work_dir=str(tmp_path / "work"),
         pretrained_dirs=(), environ={},
         channel_dir=lambda name: model_channel if name == "model" else None,
-        require_coco_dir=lambda: str(tmp_path / "coco"))
+        data_channel=lambda names: ("coco", str(tmp_path / "coco")) if "coco" in names
+        else (None, None))
 
 
 class Stop:
@@ -199,14 +201,14 @@ def test_seeds_repeat_per_rank_and_differ_between_ranks():
 
 # --- 2. data --------------------------------------------------------------------------------------
 
-def test_coco_data_comes_from_its_channel_and_voc_data_is_acquired(tmp_path, monkeypatch):
+def test_the_data_root_is_the_configured_formats(tmp_path, monkeypatch):
     env = make_env(tmp_path)
     assert main.data_root(make_config(dataset="coco"), env, World()) == str(tmp_path / "coco")
-    acquired = []
-    monkeypatch.setattr(main, "acquire_voc",
-                        lambda config, env, world, work, options: acquired.append(work) or "/voc")
+    asked = []
+    monkeypatch.setattr(CustomVOC, "data_root",
+                        lambda self, config, env, world: asked.append(config.dataset) or "/voc")
     assert main.data_root(make_config(), env, World()) == "/voc"
-    assert acquired == [env.work_dir]
+    assert asked == ["custom"]
 
 
 def test_read_data_hands_the_root_to_the_family_and_logs_the_sizes(tmp_path, caplog):
@@ -317,7 +319,7 @@ def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkey
 def test_run_job_trains_validates_checkpoints_and_writes_the_model(tmp_path, monkeypatch, caplog):
     family = ToyFamily()
     monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
-    monkeypatch.setattr(main, "acquire_voc", lambda *args: str(tmp_path / "voc"))
+    monkeypatch.setattr(main, "data_root", lambda *args: str(tmp_path / "voc"))
     monkeypatch.setattr(main, "validate", lambda *args: {"mAP": 0.5, "AP50": 0.6,
                                                          "per_class": {"a": 0.5}, "images": 3})
     config = make_config(epochs="2", lr="0.01", lr_warmup="0")
@@ -340,7 +342,7 @@ def test_a_stop_request_ends_the_loop_with_a_checkpoint_and_no_final_model(tmp_p
                                                                            caplog):
     family = ToyFamily()
     monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
-    monkeypatch.setattr(main, "acquire_voc", lambda *args: str(tmp_path / "voc"))
+    monkeypatch.setattr(main, "data_root", lambda *args: str(tmp_path / "voc"))
     monkeypatch.setattr(main, "validate", lambda *args: pytest.fail("validated after a stop"))
     with caplog.at_level(logging.INFO, logger="detector_training"):
         main.run_job(make_config(), make_env(tmp_path), RankDist(), Stop(at=3))

@@ -23,6 +23,7 @@ import warnings
 
 from detector_training.core import archive, model_dir
 from detector_training.core.files import json_preview
+from detector_training.data import formats
 from detector_training.errors import ModelError
 
 DEFAULT_THRESHOLD = 0.5  # the minimum score answered when a request or command names none
@@ -125,7 +126,9 @@ def _test_size(config, field, default, source):
 def _test_sizes(config, source):
     """Short side and longer-side cap the model is run at: the last training scale, else the
     network's GluonCV default (600/1000 for VOC-style networks, 800/1333 for COCO ones)."""
-    coco = "coco" in str(config.get("network", "")) or config.get("dataset") == "coco"
+    trained_on = config.get("dataset")
+    coco = "coco" in str(config.get("network", "")) or (
+        trained_on in formats.names() and formats.get(trained_on).metric == "coco")
     return (_test_size(config, "short", 800 if coco else 600, source),
             _test_size(config, "max_size", 1333 if coco else 1000, source))
 

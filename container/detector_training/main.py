@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 
 from detector_training import families, inference
+from detector_training.data import formats
 from detector_training.core.checkpoint import CheckpointManager, load_latest, resume_trainer
 from detector_training.core.distributed import init_distributed
 from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook,
@@ -31,10 +32,7 @@ from detector_training.core.model_dir import (BEST_PARAMS, CLASSES_FILE, CONFIG_
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
-from detector_training.data.datasets import steps_per_epoch
-from detector_training.data.pipe_mode import manifest_root
-from detector_training.data.sources import FetchOptions
-from detector_training.data.voc_fetch import acquire_voc
+from detector_training.data.samplers import steps_per_epoch
 from detector_training.job.config_file import load_config
 from detector_training.job.failure import report_failure
 from detector_training.job.guards import adapt_workers, check_gpu_runs, gpu_count
@@ -153,15 +151,9 @@ def read_data(config, env, world, family):
 
 
 def data_root(config, env, world):
-    """The dataset's root: the COCO-format channel (the channels' folder when annotation files
-    are named by path), the manifest's channels (in Pipe mode their copy, drained once per host),
-    or the VOC tree acquired once per host."""
-    if config.dataset == "coco":
-        return env.paths.channels_dir if config.train_annotation_file else env.require_coco_dir()
-    if config.dataset == "manifest":
-        options = FetchOptions.from_environ(env.environ)
-        return manifest_root(config, env, world, options.wait_timeout_s, options.poll_s)
-    return acquire_voc(config, env, world, env.work_dir, FetchOptions.from_environ(env.environ))
+    """The folder the data format reads: its channel (the VOC tree acquired once per host for
+    voc; a Pipe-mode manifest drained once per host)."""
+    return formats.get(config.dataset).data_root(config, env, world)
 
 
 # --- 3. the network, fitted to the data's image sizes ------------------------------------------
@@ -284,7 +276,7 @@ def evaluation_report(engine, config, family, network, datasets, model_path, ctx
         model = inference.load_model(scratch, ctx)
         evaluation, pictures, text = inference.evaluate(
             model, inference.dataset_samples(datasets.val), model_path,
-            COCO_IOUS if config.dataset == "coco" else None)
+            COCO_IOUS if datasets.metric == "coco" else None)
         engine.pictures.update(("evaluation/" + name.rsplit(".", 1)[0], png) for name, png in pictures.items())
         engine.texts["evaluation/report"] = text
         LOG.info("evaluation: the best model on %d validation image(s): mAP %.4f at IoU %.2f; "

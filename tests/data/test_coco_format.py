@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from detector_training.job.config import from_hyperparameters
-from detector_training.data.datasets import build_datasets
+from detector_training.data.formats import build_datasets
 from detector_training.errors import DataError
 from detector_training.core.evaluation import coco_result, combine, make_metric
 from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
@@ -60,14 +60,14 @@ def test_classes_pick_a_subset_scored_alone(coco_root):
     assert datasets.val.base.contiguous_id_to_json == {0: 1, 1: 5}
     for index in range(len(datasets.train)):
         assert set(datasets.train[index][1][:, 4]) <= {0, 1}
-    metric = make_metric(config(classes="triangle,circle"), datasets, os.path.join(coco_root, "v"))
+    metric = make_metric(datasets, os.path.join(coco_root, "v"))
     result = combine(metric, [ground_truth_as_predictions(datasets.val)], coco=True)
     assert result == {"mAP": 1.0, "AP50": 1.0, "per_class": {"circle": 1.0, "triangle": 1.0}}
 
 
 def test_coco_metric_results_are_fractions_with_ap50_from_all_ranks(coco_root):
     datasets = build_datasets(config(), coco_root)
-    metric = make_metric(config(), datasets, os.path.join(coco_root, "v"))
+    metric = make_metric(datasets, os.path.join(coco_root, "v"))
     predictions = ground_truth_as_predictions(datasets.val, drop_class=2)  # no triangle found
     shards = [predictions[1::2], predictions[0::2]]  # as two ranks return them, out of order
     result = combine(metric, shards, coco=True)
@@ -133,7 +133,7 @@ def test_exports_without_area_or_iscrowd_are_read(coco_root):
     rewrite(coco_root, TRAIN_SPLIT, strip)
     rewrite(coco_root, VAL_SPLIT, strip)
     datasets = build_datasets(config(), coco_root)
-    metric = make_metric(config(), datasets, os.path.join(coco_root, "v"))
+    metric = make_metric(datasets, os.path.join(coco_root, "v"))
     assert combine(metric, [ground_truth_as_predictions(datasets.val)], coco=True)["mAP"] == 1.0
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import ground_truth as gt
 from detector_training.data import manifest
-from detector_training.data.datasets import build_datasets
+from detector_training.data.formats import build_datasets
 from detector_training.errors import DataError
 from detector_training.job.config import from_hyperparameters
 
@@ -211,14 +211,3 @@ def test_missing_channels_say_which_to_give(tmp_path):
     (tmp_path / "images").mkdir()
     with pytest.raises(DataError, match=r"no manifest \(\*.manifest or \*.jsonl\)"):
         build_datasets(config, str(tmp_path))
-
-
-
-def test_a_manifest_is_found_in_the_train_channel_or_a_pipe_mode_record_channel(tmp_path):
-    assert not manifest.channels_hold_manifest(str(tmp_path), {})
-    (tmp_path / "train").mkdir()
-    (tmp_path / "train" / "VOCtrainval_06-Nov-2007.tar").write_bytes(b"")
-    assert not manifest.channels_hold_manifest(str(tmp_path), {"train": gt.FILE_CHANNEL})
-    assert manifest.channels_hold_manifest(str(tmp_path), {"train": gt.PIPE_CHANNEL})
-    (tmp_path / "train" / "output.manifest").write_text("")
-    assert manifest.channels_hold_manifest(str(tmp_path), {})

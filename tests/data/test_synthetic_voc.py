@@ -1,7 +1,8 @@
 """Generated VOC-format data (data/synthetic_voc.py): what GluonCV reads, and the styles."""
 
 import pytest
-from detector_training.data.datasets import build_datasets, infer_voc_classes
+from detector_training.data.formats import build_datasets
+from detector_training.data.formats.voc import infer_voc_classes
 from detector_training.data.synthetic_voc import generate
 from detector_training.job.config import from_hyperparameters
 

@@ -23,7 +23,7 @@ MANIFEST = dict({k: v for k, v in TINY.items() if k not in ("dataset", "train_sp
 def check_job(base, out, family="faster_rcnn"):
     for definition in definitions_for(family):
         assert re.search(definition["Regex"], out), definition["Name"]
-    assert "data: the train channel holds a Ground Truth manifest: dataset=manifest" in out
+    assert "data: dataset=manifest recognised in channel 'train'" in out
     assert re.search(r"training: 1 of \d+ images have no box of the trained classes: kept as "
                      r"negatives", out)
     model = os.path.join(base, "model")

@@ -16,7 +16,7 @@ from detector_training import families
 from detector_training.core.distributed import World
 from detector_training.core.engine import MetricSums
 from detector_training.data.coco_format import annotation_file
-from detector_training.data.datasets import Datasets
+from detector_training.data.common import Datasets
 from detector_training.data.negatives import is_negative
 from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate as generate_coco
 from detector_training.data.synthetic_voc import generate as generate_voc

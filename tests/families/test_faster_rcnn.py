@@ -5,7 +5,7 @@ counts, and RPN proposals fitted to small images."""
 import mxnet as mx
 import pytest
 from detector_training import families
-from detector_training.data.datasets import build_datasets
+from detector_training.data.formats import build_datasets
 from detector_training.data.synthetic_voc import generate
 from detector_training.errors import ConfigError
 from detector_training.families import build_network

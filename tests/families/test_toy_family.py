@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import make_job
 from detector_training import families
-from detector_training.data.datasets import shard_loader, val_shard_loader
+from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.families.base import DetectorFamily
 from detector_training.main import job_main
 

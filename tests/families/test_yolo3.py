@@ -19,7 +19,9 @@ from detector_training import families
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import World
 from detector_training.core.engine import EpochSetupHook, MetricSums
-from detector_training.data.datasets import Datasets, build_datasets, steps_per_epoch
+from detector_training.data.common import Datasets
+from detector_training.data.formats import build_datasets
+from detector_training.data.samplers import steps_per_epoch
 from detector_training.data.synthetic_voc import generate
 from detector_training.errors import ConfigError
 from detector_training.job.metrics import definitions_for

@@ -250,7 +250,7 @@ def test_the_config_channel_holds_exactly_one_config_file(tmp_path, files, expec
 
 
 def test_annotation_files_need_coco_and_each_other(tmp_path):
-    with pytest.raises(ConfigError, match="set dataset=coco.*go together"):
+    with pytest.raises(ConfigError, match="train_annotation_file is only used with dataset=coco.*go together"):
         cfg.from_hyperparameters({"train_annotation_file": "coco/a.json"})
     with pytest.raises(ConfigError, match="train_image_dir is used with train_annotation_file only"):
         cfg.from_hyperparameters({"dataset": "coco", "train_image_dir": "coco/images"})

@@ -16,8 +16,10 @@ import re
 import numpy as np
 
 
-def make_metric(config, datasets, save_prefix):
-    if config.dataset == "coco":
+def make_metric(datasets, save_prefix):
+    """A fresh metric of the kind the data's format names (``datasets.metric``): GluonCV's COCO
+    metric over the validation annotations, or VOC07 mAP at IoU 0.5."""
+    if datasets.metric == "coco":
         from gluoncv.utils.metrics.coco_detection import COCODetectionMetric
 
         return COCODetectionMetric(getattr(datasets.val, "base", datasets.val), save_prefix + "_eval",
@@ -100,12 +102,12 @@ def ap_fraction(value):
     return 0.0 if math.isnan(value) or value < 0 else value
 
 
-def score_boxes(config, datasets, gathered, scratch_dir):
-    """Every rank's box detections scored with a fresh metric: VOC07 mAP, or COCO's for coco."""
+def score_boxes(datasets, gathered, scratch_dir):
+    """Every rank's box detections scored with a fresh metric of the data format's kind."""
     import os
 
-    metric = make_metric(config, datasets, os.path.join(scratch_dir, "boxes"))
-    return combine(metric, gathered, coco=config.dataset == "coco")
+    metric = make_metric(datasets, os.path.join(scratch_dir, "boxes"))
+    return combine(metric, gathered, coco=datasets.metric == "coco")
 
 
 # --- masks: shared by Mask R-CNN's validation and by predict -----------------------------------

@@ -14,8 +14,8 @@ images are matched to files by their S3 key (:func:`match_images`): the ``images
 the objects under some S3 prefix with that prefix stripped, so a file matches a key that ends
 with its relative path.
 
-``datasets.py`` builds the training and validation sets from these pieces as it does from the VOC
-and COCO readers (:class:`ManifestDetection` gives ``(image, label)`` with label rows
+The data format ``manifest`` (``data/formats/ground_truth.py``) builds the training and
+validation sets from these pieces (``LabelledDetection`` gives ``(image, label)`` with label rows
 ``[x1, y1, x2, y2, class]``), so every box family trains and validates on them unchanged.
 """
 
@@ -324,29 +324,6 @@ def match_images(entries, images_root):
     return paths
 
 
-class ManifestDetection:
-    """The images and boxes of a manifest as GluonCV's detection readers give them:
-    ``dataset[i]`` is ``(image NDArray HxWx3, label float32 rows [x1, y1, x2, y2, class])``; an
-    image without boxes (a negative) has the placeholder row of ``negatives.negative_label``."""
-
-    def __init__(self, paths, labels, classes):
-        self._paths = list(paths)
-        self._labels = list(labels)
-        self._classes = tuple(classes)
-
-    @property
-    def classes(self):
-        return self._classes
-
-    def __len__(self):
-        return len(self._paths)
-
-    def __getitem__(self, idx):
-        import mxnet as mx
-
-        return mx.image.imread(self._paths[idx], 1), self._labels[idx].copy()
-
-
 def entry_label(entry, index):
     """The label rows of an entry's boxes of the trained classes (``index``: id -> class)."""
     import numpy as np
@@ -370,19 +347,6 @@ def read_entries(channel_dir, named=""):
         raise DataError("the manifests in %s have no lines." % channel_dir,
                         "give a manifest with at least one labelled image.")
     return entries
-
-
-def channels_hold_manifest(channels_dir, input_data_config):
-    """Whether the job's data is a manifest: the train channel is a Pipe-mode RecordIO channel
-    (how SageMaker delivers an augmented manifest), or its folder holds a manifest file."""
-    for name in MANIFEST_CHANNELS:
-        channel = input_data_config.get(name) or {}
-        if channel.get("TrainingInputMode") == "Pipe" and channel.get("RecordWrapperType") == "RecordIO":
-            return True
-        folder = os.path.join(channels_dir, name)
-        if os.path.isdir(folder) and any(n.endswith(MANIFEST_SUFFIXES) for n in os.listdir(folder)):
-            return True
-    return False
 
 
 def channel_in(root, names):

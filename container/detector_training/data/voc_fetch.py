@@ -46,6 +46,7 @@ OFFICIAL_BASE = "http://host.robots.ox.ac.uk/pascal/VOC"
 OFFICIAL_DIRS = {"VOCtrainval_06-Nov-2007.tar": "voc2007", "VOCtest_06-Nov-2007.tar": "voc2007",
                  "VOCtrainval_11-May-2012.tar": "voc2012"}
 DATA_DIR_NAME = "voc"  # <work_dir>/voc/VOCdevkit/VOC20xx
+DATA_CHANNELS = ("voc", "train", "training")  # 'training' is what fit("s3://...") names it
 STAGING_DIR_NAME = ".staging"  # downloads in progress, and the private extraction directories
 FAILURE_BUDGET = 900  # characters of the whole failure text (it becomes /opt/ml/output/failure)
 MIB = 1 << 20
@@ -407,9 +408,11 @@ def channel_holds_extracted(channel_path, specs):
     return bool(find_year_dirs(channel_path))
 
 
-def acquire_voc(config, env, world, work_dir, options=None):
+def acquire_voc(config, env, world, work_dir, options=None, channels=DATA_CHANNELS,
+                mirrors=None):
     """Return a directory that contains VOCdevkit/VOC2007 and VOCdevkit/VOC2012 (or, for a channel
-    that already holds an extracted VOCdevkit, the channel directory itself).
+    that already holds an extracted VOCdevkit, the channel directory itself). The tars come from
+    the first of ``channels``, then data_s3_uri, then ``mirrors`` (default: data_mirrors).
 
     Local rank 0 of each host fetches, verifies and extracts into ``work_dir``/voc; the other ranks
     on the host wait for its completion marker. Raises DataError naming each source tried and what
@@ -417,11 +420,12 @@ def acquire_voc(config, env, world, work_dir, options=None):
     """
     opts = options or FetchOptions.from_environ()
     specs = tar_specs(config.data_checksums)
-    channel_name, channel_path = env.data_channel()
+    channel_name, channel_path = env.data_channel(channels)
     if channel_path and channel_holds_extracted(channel_path, specs):
         LOG.info("data: using the extracted data in channel '%s' (%s) as is", channel_name, channel_path)
         return channel_path
-    planned = plan_sources(config.data_s3_uri, config.data_mirrors, channel_name, channel_path)
+    mirrors = config.data_mirrors if mirrors is None else mirrors
+    planned = plan_sources(config.data_s3_uri, mirrors, channel_name, channel_path)
     if not planned:
         raise DataError("no data source: no 'voc' (or 'train', 'training') channel, no data_s3_uri and no "
                         "data_mirrors.", _FIX_SOURCES)

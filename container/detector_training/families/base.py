@@ -8,9 +8,10 @@ subclassing :class:`DetectorFamily`.
 What the family is, as class attributes (plain values: read without mxnet by the configuration,
 the metric definitions, the demo and the report):
 
-* ``name``, ``networks`` (the network names it builds), ``presets`` (defaults per dataset, merged
-  over the dataset's in job/config.py), ``datasets`` (those it trains on), ``options`` (the
-  hyperparameters of FAMILY_OPTIONS it takes; turning on another is a ConfigError);
+* ``name``, ``networks`` (the network names it builds), ``presets`` (defaults per data format,
+  merged over the format's own preset), ``needs_masks`` (it trains only on a data format whose
+  objects carry masks: ``accepts(data_format)``), ``options`` (the hyperparameters of
+  FAMILY_OPTIONS it takes; turning on another is a ConfigError);
 * ``loss_names`` and ``metric_names`` (what its step returns, by name; the log lines, history
   and SageMaker metric definitions use them), ``score_names`` and ``objective`` (validation),
   ``report_columns`` (the AP columns of the report's table), ``test_resize`` (how inference
@@ -20,8 +21,8 @@ the metric definitions, the demo and the report):
 
 How it trains, as methods:
 
-* ``read_datasets``: the training and validation data in the form the family trains on (boxes;
-  Mask R-CNN: boxes and masks);
+* ``read_datasets``: the training and validation data in the form the family trains on, read by
+  the configured data format (boxes; Mask R-CNN: boxes and masks);
 * ``build_network``: the network by its model-zoo name, on the job's classes;
 * ``fit_to_data``: adjustments the data asks for before training (e.g. RPN proposal counts for
   small images), returned as a JSON-able dict that ``export`` gets back;
@@ -45,9 +46,8 @@ A new family is one module that subclasses DetectorFamily, registered with
 """
 
 from detector_training.core.report import BOX_AP_COLUMNS
-from detector_training.data.datasets import build_datasets
+from detector_training.data.formats import build_datasets
 
-DATASETS = ("voc", "coco", "custom", "manifest")
 # Hyperparameters that only some families take; each family lists those it takes in ``options``.
 FAMILY_OPTIONS = ("label_smooth", "multi_scale", "mixup", "final_fit")
 
@@ -55,8 +55,8 @@ FAMILY_OPTIONS = ("label_smooth", "multi_scale", "mixup", "final_fit")
 class DetectorFamily:
     name = ""
     networks = ()
-    presets = {}  # dataset -> {hyperparameter: default}, over the dataset's defaults
-    datasets = DATASETS
+    presets = {}  # data format name -> {hyperparameter: default}, over the format's preset
+    needs_masks = False  # True: trains only on a data format whose objects carry masks
     options = ()
     loss_names = ()  # summed into the total loss; NaN/inf in any of them stops the job
     metric_names = ()  # logged beside the losses (accuracies, L1 terms)
@@ -78,8 +78,12 @@ class DetectorFamily:
     def log_names(self):
         return tuple(self.loss_names) + tuple(self.metric_names)
 
+    def accepts(self, data_format):
+        """Whether this family trains on data in ``data_format`` (a DataFormat)."""
+        return data_format.masks or not self.needs_masks
+
     def read_datasets(self, config, root):
-        return build_datasets(config, root)
+        return build_datasets(config, root, instances=self.needs_masks)
 
     def check_config(self, config):
         """Raise ConfigError for hyperparameters this family cannot use (before data is read)."""

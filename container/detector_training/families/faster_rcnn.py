@@ -12,7 +12,7 @@ import logging
 from detector_training.core.evaluation import detect_boxes, score_boxes
 from detector_training.core.proposal_recall import recall, recalled_per_image
 from detector_training.core.networks import build_zoo_network
-from detector_training.data.datasets import shard_loader, val_shard_loader
+from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
 from detector_training.errors import ConfigError
 from detector_training.families.base import DetectorFamily
@@ -127,7 +127,7 @@ class FasterRCNN(DetectorFamily):
         return list(zip(detections, recalled_per_image(net, val_ground_truth(loader), ctx)))
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        result = score_boxes(config, datasets, [[d for d, _ in rank] for rank in gathered], scratch_dir)
+        result = score_boxes(datasets, [[d for d, _ in rank] for rank in gathered], scratch_dir)
         result["rpn_recall"] = recall([counts for rank in gathered for _, counts in rank])
         return result
 

@@ -2,7 +2,7 @@
 
 GluonCV's Mask R-CNN is a Faster R-CNN with a mask head, and so is this family: it reuses the
 Faster R-CNN family's network building, proposal fitting and export. What it adds: COCO-format
-data with each object's mask (``read_datasets``), GluonCV's Mask R-CNN transforms and batchify,
+data with each object's mask (``needs_masks``), GluonCV's Mask R-CNN transforms and batchify,
 the step with the mask loss and GluonCV's two mask accuracies (MaskAccMetric, MaskFGAccMetric),
 and validation that fills and RLE-encodes each rank's masks before they are gathered, scored with
 COCO's box and mask AP (the best model is the best mask mAP, as in GluonCV's train_mask_rcnn.py).
@@ -16,7 +16,6 @@ import numpy as np
 from detector_training.core.evaluation import ap_fraction, image_masks
 from detector_training.core.proposal_recall import recall, recalled_per_image
 from detector_training.core.report import BOX_AP_COLUMNS
-from detector_training.data.datasets import build_datasets
 from detector_training.families.faster_rcnn import (LOSS_NAMES, METRIC_NAMES, FasterRCNN,
                                                     FasterRCNNStep)
 
@@ -45,7 +44,7 @@ class MaskRCNN(FasterRCNN):
     # decay on biases (no_wd also spares BatchNorm's beta and gamma).
     presets = {"coco": dict(batch_size=8, lr=0.01, lr_base_batch_size=8, lr_decay_epoch=(17, 23),
                             epochs=26, lr_warmup=1000, wd=1e-4, no_wd=True)}
-    datasets = ("coco",)  # instance masks come as COCO-format 'segmentation's
+    needs_masks = True  # instance masks (COCO-format 'segmentation's); read_datasets asks for them
     # No mixup (GluonCV's blends boxes, not instance masks), no final_fit (it would train on
     # validation images without objects, which the training transform cannot take).
     options = ()
@@ -85,9 +84,6 @@ class MaskRCNN(FasterRCNN):
         net.mask.mask.weight.initialize(mx.init.Normal(MASK_PREDICTOR_STD), ctx=ctx,
                                         force_reinit=True)
         return net
-
-    def read_datasets(self, config, root):
-        return build_datasets(config, root, instances=True)
 
     @staticmethod
     def set_proposal_counts(net, train_post, test_post):

@@ -19,7 +19,7 @@ import numpy as np
 
 from detector_training.core.evaluation import score_boxes
 from detector_training.core.networks import build_zoo_network
-from detector_training.data.datasets import shard_loader, val_shard_loader
+from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
 from detector_training.errors import ConfigError
 from detector_training.families.base import DetectorFamily
@@ -129,7 +129,7 @@ class YOLOv3(DetectorFamily):
         return detect_original_boxes(net, loader, indices, ctx)
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        return score_boxes(config, datasets, gathered, scratch_dir)
+        return score_boxes(datasets, gathered, scratch_dir)
 
     def export(self, config, classes, params_path, prefix, fitted):
         import mxnet as mx

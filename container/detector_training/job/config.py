@@ -1,6 +1,6 @@
 """The training configuration: one frozen, typed object built once.
 
-Precedence: field defaults < dataset preset < user hyperparameters. Field names are the
+Precedence: field defaults < the data format's preset < the family's < user hyperparameters. Field names are the
 hyperparameter names (GluonCV's flags with underscores), so tuning jobs target them directly.
 Values arrive as SageMaker sends them (strings, sometimes JSON-quoted) or as Python values;
 both go through the same parsers. Nothing here imports mxnet or reads the environment.
@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from detector_training import families
+from detector_training.data import formats
 from detector_training.errors import ConfigError
-from detector_training.families.base import DATASETS, FAMILY_OPTIONS
-from detector_training.values import (check, choice, decode, is_voc_split, optional, parse_bool,
+from detector_training.families.base import FAMILY_OPTIONS
+from detector_training.values import (check, choice, decode, optional, parse_bool,
                                       parse_checksums, parse_float, parse_int, parse_int_list,
                                       parse_str, parse_str_list)
 
@@ -28,31 +29,16 @@ LAUNCH_KEYS = ("processes_per_host", "custom_mpi_options")
 RESERVED_PREFIXES = ("sagemaker_",)
 RESERVED_KEYS = ("_tuning_objective_metric",)
 
-VOC_SPLITS = ("2007_trainval", "2012_trainval")
-VOC_VAL_SPLITS = ("2007_test",)
-COCO_SPLITS = ("instances_train2017",)
-COCO_VAL_SPLITS = ("instances_val2017",)
-
-# GluonCV's train_faster_rcnn.py defaults per dataset. lr_base_batch_size is the global batch
-# the published learning rate was tuned for (VOC: 4 GPUs x 1 image; COCO: 8 x 1). A family whose
-# published defaults differ declares its own ``presets`` (merged over these).
-PRESETS = {
-    "voc": dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
-                lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS),
-    "custom": dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
-                   lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS),
-    "coco": dict(epochs=26, lr=0.01, lr_decay_epoch=(17, 23), lr_warmup=1000, wd=1e-4,
-                 lr_base_batch_size=8, train_splits=COCO_SPLITS, val_splits=COCO_VAL_SPLITS),
-}
-# A Ground Truth manifest is a custom dataset in another format (its splits are channels).
-PRESETS["manifest"] = PRESETS["custom"]
-
-
 def preset_for(network, dataset):
-    """The defaults a job starts from: the dataset's, then its network's family's for it."""
-    preset = dict(PRESETS[dataset], no_wd=False)
+    """The defaults a job starts from: its data format's, then its network's family's for it."""
+    preset = dict(formats.get(dataset).preset, no_wd=False)
     preset.update(families.get(network).presets.get(dataset, {}))
     return preset
+
+
+def parse_dataset(value):
+    """A registered data format's name (read at parse time: a format registered later counts)."""
+    return choice(formats.names())(value)
 
 
 def parse_network(value):
@@ -76,11 +62,11 @@ class TrainConfig:
 
     network: str = hp("faster_rcnn_resnet50_v1b_voc", parse_network,
                       "Base network name (GluonCV model zoo name, or a registered family's).")
-    dataset: str = hp("voc", choice(DATASETS),
-                      "voc (Pascal VOC, 20 classes), coco (COCO-format JSON, its own categories), "
-                      "custom (VOC layout, own classes), or manifest (a Ground Truth "
-                      "object-detection manifest; found by itself when 'dataset' is not set and "
-                      "the train channel holds one).")
+    dataset: str = hp("voc", parse_dataset,
+                      "The data format: voc (Pascal VOC, 20 classes), coco (COCO-format JSON, its "
+                      "own categories), custom (VOC layout, own classes), manifest (a Ground "
+                      "Truth object-detection manifest), or a registered format's name. Not set: "
+                      "recognised from the data channels' contents (voc when the job has none).")
     classes: Tuple[str, ...] = hp((), parse_str_list,
                                   "custom, coco and manifest: the classes to train; empty means "
                                   "all of those in the training annotations (coco: the training "
@@ -346,28 +332,25 @@ def parse_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
 def validate(config):
     """Rules that involve more than one field."""
     problems = []
-    if config.dataset == "voc" and config.classes:
-        problems.append("classes is only used with dataset=custom or coco (dataset=voc has its 20 "
-                        "classes)")
+    data_format = formats.get(config.dataset)
     family = families.get(config.network)
-    if config.dataset not in family.datasets:
+    problems.extend(data_format.check_config(config))
+    if not family.accepts(data_format):
+        takers = [f.name for f in formats.all_formats() if family.accepts(f)]
         problems.append("network=%s trains on dataset=%s only, not dataset=%s%s" % (
-            config.network, " or ".join(family.datasets), config.dataset,
-            " (a Mask R-CNN needs every object's mask; a Ground Truth bounding-box manifest has "
-            "boxes only: train a faster_rcnn_* or yolo3_* network on it)"
-            if config.dataset == "manifest" and config.family == "mask_rcnn" else ""))
-    if config.label_attribute and config.dataset != "manifest":
-        problems.append("label_attribute is only used with dataset=manifest")
-    if config.dataset == "coco" and len(config.val_splits or ()) > 1:
-        problems.append("val_splits=%s: COCO validation reads one annotation file; name one split"
-                        % ",".join(config.val_splits))
+            config.network, " or ".join(takers), config.dataset,
+            " (a %s network needs every object's mask; %s has boxes only: train a %s network "
+            "on it)" % (family.name, data_format.title, " or ".join(
+                f.name for f in families.all_families() if f.accepts(data_format)))
+            if family.needs_masks else ""))
+    for option in formats.FORMAT_OPTIONS:
+        if getattr(config, option) and option not in data_format.options:
+            takers = [f.name for f in formats.all_formats() if option in f.options]
+            problems.append("%s is only used with dataset=%s" % (option, " or ".join(takers)))
     if config.batch_size is not None and config.batch_size_per_device is not None:
         problems.append("batch_size=%d (global) and batch_size_per_device=%d both set; set one"
                         % (config.batch_size, config.batch_size_per_device))
     if config.train_annotation_file or config.val_annotation_file:
-        if config.dataset != "coco":
-            problems.append("train_annotation_file/val_annotation_file name COCO-format files: "
-                            "set dataset=coco")
         if not (config.train_annotation_file and config.val_annotation_file):
             problems.append("train_annotation_file and val_annotation_file go together; name both")
     for images, annotations in (("train_image_dir", "train_annotation_file"),
@@ -376,10 +359,6 @@ def validate(config):
             problems.append("%s is used with %s only; name that file too" % (images, annotations))
     if len(set(config.classes)) != len(config.classes):
         problems.append("classes contains duplicates: %s" % ",".join(config.classes))
-    if config.dataset == "coco" and config.val_fraction > 0:
-        problems.append("val_fraction=%g: COCO's metric scores a whole annotation file, so a "
-                        "validation split cannot be carved from coco training data; name one "
-                        "with val_splits" % config.val_fraction)
     for option in FAMILY_OPTIONS:
         if getattr(config, option) and option not in family.options:
             takers = [f.name for f in families.all_families() if option in f.options]
@@ -395,10 +374,6 @@ def validate(config):
         splits = getattr(config, splits_key)
         if not splits:
             problems.append("%s must name at least one split" % splits_key)
-        elif config.dataset in ("voc", "custom"):
-            bad = [s for s in splits if not is_voc_split(s)]
-            if bad:
-                problems.append("%s=%s: expected YEAR_NAME such as 2007_trainval" % (splits_key, ",".join(bad)))
     if problems:
         raise ConfigError("invalid combination of hyperparameters: " + "; ".join(problems) + ".",
                           "change the values named above.")

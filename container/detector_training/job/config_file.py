@@ -32,7 +32,7 @@ import yaml
 
 from detector_training import families
 from detector_training.core.files import path_inside
-from detector_training.data.manifest import channels_hold_manifest
+from detector_training.data import formats
 from detector_training.errors import ConfigError
 from detector_training.job import config as config_mod
 from detector_training.values import decode
@@ -390,11 +390,13 @@ def hyperparameters_over_file(env):
 
 def load_config(env):
     """The job's typed configuration: its hyperparameters over its config file, if it has one.
-    When neither names a dataset and the train channel holds a Ground Truth manifest, it is
-    dataset=manifest (a job set up as for the built-in algorithm names no dataset)."""
+    When neither names a dataset, the data format is recognised from the channels' contents
+    (data/formats: a channel holding two formats, or data channels holding none, is a DataError
+    listing what they hold)."""
     values = hyperparameters_over_file(env)
-    if "dataset" not in values and channels_hold_manifest(env.paths.channels_dir,
-                                                          env.input_data_config):
-        LOG.info("data: the train channel holds a Ground Truth manifest: dataset=manifest")
-        values["dataset"] = "manifest"
+    if "dataset" not in values:
+        name, channel, where = formats.recognise(env.paths.channels_dir, env.input_data_config)
+        LOG.info("data: dataset=%s recognised%s: %s", name,
+                 " in channel '%s'" % channel if channel else "", where)
+        values["dataset"] = name
     return config_mod.from_hyperparameters(values)

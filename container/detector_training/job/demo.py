@@ -7,6 +7,7 @@ import json
 import os
 
 from detector_training import families
+from detector_training.data import formats
 from detector_training.families.base import DetectorFamily
 
 DEFAULT_NETWORK = "faster_rcnn_resnet18_v1b_voc"  # `make run` without --set network=...
@@ -34,20 +35,13 @@ def run_images(hyperparameters):
 
 def prepare_run_tree(base, hyperparameters, n_train=DEMO_IMAGES["n_train"],
                      n_test=DEMO_IMAGES["n_test"], n_train_2012=DEMO_IMAGES["n_train_2012"], seed=0):
-    """A SageMaker-style tree with generated data: a VOCdevkit in the 'voc' channel, or for
-    dataset=coco a COCO-format dataset (own categories) in the 'coco' channel."""
-    if str(hyperparameters.get("dataset", "")).strip('"') == "coco":
-        from detector_training.data.synthetic_coco import generate as generate_coco
-
-        channel = os.path.join(base, "input", "data", "coco")
-        if not os.path.isdir(os.path.join(channel, "annotations")):
-            generate_coco(channel, n_train + n_train_2012, n_test, seed=seed)
-    else:
-        from detector_training.data.synthetic_voc import generate
-
-        channel = os.path.join(base, "input", "data", "voc")
-        if not os.path.isdir(os.path.join(channel, "VOCdevkit")):
-            generate(channel, n_train, n_test, n_train_2012, seed=seed)
+    """A SageMaker-style tree with generated data in the configured format's channel (a VOCdevkit
+    in the 'voc' channel; for dataset=coco a COCO-format dataset with its own categories in the
+    'coco' channel)."""
+    name = str(hyperparameters.get("dataset", "")).strip('"')
+    # An unknown name gets VOC data here; the job's configuration then refuses the name.
+    formats.get(name if name in formats.names() else "custom").generate(os.path.join(base, "input", "data"), n_train, n_test, n_train_2012,
+                               seed)
     config_dir = os.path.join(base, "input", "config")
     os.makedirs(config_dir, exist_ok=True)
     with open(os.path.join(config_dir, "hyperparameters.json"), "w") as handle:

@@ -10,12 +10,10 @@ from dataclasses import dataclass, field
 
 from detector_training import settings
 from detector_training.core.files import read_json
-from detector_training.errors import ConfigError, DataError
+from detector_training.errors import ConfigError
 
 ENV_STOP_FILE = settings.name(settings.STOP_FILE)
 ENV_WORK_DIR = settings.name(settings.WORK_DIR)
-DATA_CHANNELS = ("voc", "train", "training")  # 'training' is what fit("s3://...") names it
-COCO_CHANNELS = ("coco", "train", "training")
 
 
 @dataclass(frozen=True)
@@ -142,22 +140,12 @@ class Environment:
         path = self.paths.channel(name)
         return path if os.path.isdir(path) else None
 
-    def data_channel(self, names=DATA_CHANNELS):
-        """The first existing of the data channels ``names`` (default: voc, train, training)."""
+    def data_channel(self, names):
+        """(name, folder) of the first existing of the channels ``names``, else (None, None)."""
         for name in names:
             if self.channel_dir(name):
                 return name, self.channel_dir(name)
         return None, None
-
-    def require_coco_dir(self):
-        """The COCO-format data channel (coco, train, training)."""
-        name, path = self.data_channel(COCO_CHANNELS)
-        if path is None:
-            raise DataError("no data channel: none of %s exists under %s."
-                            % (", ".join(COCO_CHANNELS), self.paths.channels_dir),
-                            "give the job a 'coco' channel holding annotations/<split>.json and the "
-                            "split's image folders.")
-        return path
 
     @property
     def checkpoint_dir(self):

@@ -1,0 +1,261 @@
+"""What a data format is: :class:`DataFormat`, the seam between the job and one way labelled
+images arrive (a VOCdevkit tree, COCO-format JSON, a Ground Truth manifest, an export of a
+labelling tool), and :class:`LabelledFormat`, the base for a format whose reader gives a
+:class:`~detector_training.data.labelled.LabelledSet`.
+
+What the format is, as class attributes (plain values, read without MXNet by the configuration,
+the recognition and the docs):
+
+* ``name``: the ``dataset`` hyperparameter's value that selects it; ``title``: what it is, for the
+  log and messages;
+* ``channels``: the channels it reads, in the order it looks (the first existing one holds the
+  data; ``validation`` beside it, where the format reads one);
+* ``preset``: hyperparameter defaults for data in this format (a family's presets for it go over
+  them, the job's hyperparameters over both);
+* ``options``: the hyperparameters of :data:`FORMAT_OPTIONS` that only this format takes (setting
+  one with another format is a ConfigError);
+* ``metric``: what scores a box detector on it, ``"voc07"`` (VOC07 mAP at IoU 0.5) or ``"coco"``
+  (COCO's AP over the validation annotation file); ``masks``: whether its objects carry instance
+  masks (a segmenting family trains only on such a format).
+
+What it does, as methods:
+
+* ``recognise(channel)``: from a channel's contents (cheap: folder and file names, no MXNet),
+  where in it the format found itself (a short text for the log), or None;
+* ``check_config(config)``: the problems (texts) of hyperparameters with this format, reported
+  with every other problem at once;
+* ``data_root(config, env, world)``: the folder ``read`` reads (fetching the data once per host
+  where the format fetches: only ``voc`` fetches the official VOC tars). ``env`` is the job's
+  snapshot (``job/sm_env.Environment``: ``paths.channels_dir``, ``data_channel(names)``,
+  ``input_data_config``, ``work_dir``, ``environ``), passed in from above;
+* ``generate(channels_dir, n_train, n_test, n_train_2012, seed)`` (optional): generated sample
+  data in the format's channel, for ``detector-run`` and tests;
+* ``read(config, data_root, instances=False)``: the training and validation data as
+  :class:`~detector_training.data.common.Datasets` (``instances``: each object's mask too, which
+  only a format with ``masks`` gives). Carving a validation split with ``val_fraction`` and the
+  final fit are done after it, for every format (``formats.build_datasets``).
+
+A new format is one module that subclasses DataFormat (or LabelledFormat), registered with
+``formats.register`` (the built-in ones in ``data/formats/__init__.py``).
+"""
+
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from detector_training.data.common import Datasets, SubsetDataset
+from detector_training.data.negatives import log_empty, negative_label
+from detector_training.errors import DataError
+
+LOG = logging.getLogger("detector_training")
+
+# Hyperparameters that only some formats take; each format lists those it takes in ``options``.
+FORMAT_OPTIONS = ("label_attribute", "train_annotation_file", "val_annotation_file")
+VALIDATION_CHANNEL = "validation"
+METRICS = ("voc07", "coco")
+# The defaults of a format that declares none: GluonCV's VOC ones (a custom dataset's), its
+# splits named after the channels.
+GENERIC_PRESET = dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
+                      lr_base_batch_size=4, train_splits=("train",),
+                      val_splits=(VALIDATION_CHANNEL,))
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One input channel of the job: its name, its folder (absent for a Pipe-mode channel, whose
+    data arrives through FIFOs) and its entry of ``inputdataconfig.json`` ({} when none)."""
+
+    name: str
+    path: str
+    config: dict = field(default_factory=dict)
+
+    @property
+    def pipe(self):
+        return self.config.get("TrainingInputMode") == "Pipe"
+
+    def names(self):
+        """The names at the channel's top level, sorted ([] when it is not a folder)."""
+        try:
+            return sorted(os.listdir(self.path))
+        except OSError:
+            return []
+
+
+class DataFormat:
+    name = ""
+    title = ""
+    channels = ("train", "training")
+    preset = GENERIC_PRESET
+    options = ()
+    metric = "voc07"
+    masks = False
+
+    def recognise(self, channel):
+        """Where in ``channel`` (a :class:`Channel`) this format's data lies, or None."""
+        return None
+
+    def check_config(self, config):
+        """The problems of ``config`` with this format, as texts (none: [])."""
+        return []
+
+    def data_root(self, config, env, world):
+        """The first of ``channels`` the job has (the folder ``read`` reads)."""
+        name, path = env.data_channel(self.channels)
+        if path is None:
+            raise DataError("no data channel for dataset=%s: none of %s exists under %s."
+                            % (self.name, ", ".join(self.channels), env.paths.channels_dir),
+                            "give the job a '%s' channel holding the %s." % (self.channels[0],
+                                                                             self.title or self.name))
+        LOG.info("data: dataset=%s (%s) in channel '%s'", self.name, self.title or self.name, name)
+        return path
+
+    def read(self, config, data_root, instances=False):
+        raise NotImplementedError
+
+    def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
+        """Generated sample data in this format under ``channels_dir`` (``make run``, tests)."""
+        raise DataError("dataset=%s has no generated sample data." % self.name,
+                        "run detector-run with dataset=custom or dataset=coco.")
+
+
+class LabelledFormat(DataFormat):
+    """A format whose reader gives a :class:`LabelledSet` per split; the base turns it into the
+    Datasets the box families train on.
+
+    A subclass declares ``name``, ``title``, ``channels`` (the training data's channels, and
+    ``validation`` where it reads one) and implements:
+
+    * ``recognise(channel)`` (see DataFormat);
+    * ``read_labelled(data_root, split, config)`` -> LabelledSet or None. ``data_root`` is the
+      job's channels folder (``/opt/ml/input/data``); ``split`` is ``"train"`` or
+      ``"validation"``, and ``self.channel_path(data_root, split)`` is that split's channel
+      folder (the first existing training channel; the ``validation`` channel), None when the job
+      has none. Return None for "validation" when there is no validation data: then a seeded
+      split is carved from the training images (``val_fraction``, else DEFAULT_VAL_FRACTION). Boxes are in pixels with class *names*; what the reader
+      leaves out is counted in the set's ``drops``; ``size`` is the image's (width, height) as
+      its header says (None: unknown, aspect ratio 1 assumed); ``layout`` names what it read.
+
+    The base then: takes the classes in the order of the ``classes`` hyperparameter, else the
+    training set's ``class_names()``; makes label rows ``[x1, y1, x2, y2, class index]``; drops
+    (and counts) boxes of classes not asked for; leaves out images without boxes with
+    ``skip_empty``, else keeps them as negatives (the placeholder row of ``negative_label``);
+    takes the aspect ratios from ``size``; logs the layout found, images and objects per class,
+    and the drop tally by reason. Images are decoded by MXNet's ``imread`` as RGB when a sample is
+    read; a file that does not decode is a DataError naming it.
+    """
+
+    DEFAULT_VAL_FRACTION = 0.1
+
+    def read_labelled(self, data_root, split, config):
+        raise NotImplementedError
+
+    def channel_path(self, data_root, split):
+        """The folder of ``split`` ("train": the first existing of the training channels;
+        "validation": the validation channel) under the channels folder, or None."""
+        names = ((VALIDATION_CHANNEL,) if split == VALIDATION_CHANNEL
+                 else tuple(c for c in self.channels if c != VALIDATION_CHANNEL))
+        return next((os.path.join(data_root, n) for n in names
+                     if os.path.isdir(os.path.join(data_root, n))), None)
+
+    def data_root(self, config, env, world):
+        """The channels folder (each split's reader finds its channel in it), once the first
+        training channel is known to exist."""
+        super().data_root(config, env, world)
+        return env.paths.channels_dir
+
+    def read(self, config, data_root, instances=False):
+        train_set = self.read_labelled(data_root, "train", config)
+        if train_set is None:
+            raise DataError("no training data for dataset=%s under %s (none of the channels %s)."
+                            % (self.name, data_root, ", ".join(self.channels)),
+                            "give the job a '%s' channel holding the %s."
+                            % (self.channels[0], self.title or self.name))
+        val_set = (None if config.val_fraction > 0
+                   else self.read_labelled(data_root, VALIDATION_CHANNEL, config))
+        classes = tuple(config.classes) or train_set.class_names()
+        if not classes:
+            raise DataError("the training data (%s) has no labelled object." % train_set.layout,
+                            "label at least one object, or name the classes with 'classes'.")
+        train, ratios = self.labelled_dataset(train_set, classes, config.skip_empty, "training")
+        if val_set is not None:
+            val, val_ratios = self.labelled_dataset(val_set, classes, config.skip_empty,
+                                                    "validation")
+            return Datasets(train=train, val=val, classes=classes, aspect_ratios=ratios,
+                            val_aspect_ratios=val_ratios)
+        datasets = Datasets(train=train, val=None, classes=classes, aspect_ratios=ratios)
+        if config.val_fraction > 0:
+            return datasets  # build_datasets carves it
+        from detector_training.data.common import carve_validation
+
+        return carve_validation(datasets, self.DEFAULT_VAL_FRACTION, config.seed)
+
+    def labelled_dataset(self, labelled, classes, skip_empty, what):
+        """(a SubsetDataset of the set's images with label rows of ``classes``, aspect ratios)."""
+        index = {name: i for i, name in enumerate(classes)}
+        drops = labelled.drops
+        labels = []
+        for image in labelled.images:
+            rows = []
+            for box in image.boxes:
+                if box.label in index:
+                    rows.append([box.xmin, box.ymin, box.xmax, box.ymax, index[box.label]])
+                else:
+                    drops.add("object of a class not trained (%s)" % box.label,
+                              box.where or image.where or image.path)
+            labels.append(np.asarray(rows, dtype="float32") if rows else negative_label())
+        empty = {i for i, rows in enumerate(labels) if rows[0, 4] < 0}
+        log_empty(what, len(empty), len(labels), skip_empty)
+        if len(empty) == len(labels):
+            raise DataError("no %s image of %s has an object of the classes %s."
+                            % (what, labelled.layout or self.name, ", ".join(classes)),
+                            "check the labels, or name the classes with 'classes'.")
+        keep = [i for i in range(len(labels)) if not (skip_empty and i in empty)]
+        self.log_found(labelled, what, classes, drops)
+        images = [labelled.images[i] for i in keep]
+        reader = LabelledDetection([im.path for im in images], [labels[i] for i in keep], classes)
+        described = ["image %s%s" % (im.path, " of %s" % im.where if im.where else "")
+                     for im in images]
+        ratios = [(im.size[0] / float(im.size[1])) if im.size and im.size[1] else 1.0
+                  for im in images]
+        return SubsetDataset(reader, range(len(keep)), described,
+                             "replace the image, or remove it and its label."), ratios
+
+    def log_found(self, labelled, what, classes, drops):
+        counts = OrderedDict((name, 0) for name in classes)
+        for image in labelled.images:
+            for box in image.boxes:
+                if box.label in counts:
+                    counts[box.label] += 1
+        LOG.info("data: %s %s: %s, %d images, objects per class: %s", self.name, what,
+                 labelled.layout or self.title, len(labelled.images),
+                 ", ".join("%s %d" % item for item in counts.items()))
+        if drops:
+            LOG.info("data: %s %s: left out: %s", self.name, what, "; ".join(
+                "%s: %d (%s)" % (reason, count, ", ".join(drops.examples(reason)))
+                for reason, count in drops.counts().items()))
+
+
+class LabelledDetection:
+    """Images and label rows as GluonCV's detection readers give them: ``dataset[i]`` is
+    ``(image NDArray HxWx3 RGB, label float32 rows [x1, y1, x2, y2, class])``; an image without
+    boxes (a negative) has the placeholder row of ``negatives.negative_label``."""
+
+    def __init__(self, paths, labels, classes):
+        self._paths = list(paths)
+        self._labels = list(labels)
+        self._classes = tuple(classes)
+
+    @property
+    def classes(self):
+        return self._classes
+
+    def __len__(self):
+        return len(self._paths)
+
+    def __getitem__(self, idx):
+        import mxnet as mx
+
+        return mx.image.imread(self._paths[idx], 1), self._labels[idx].copy()

@@ -1,0 +1,199 @@
+"""Pascal VOC XML in a VOCdevkit tree, read with GluonCV's VOC reader: the official Pascal VOC
+(dataset=voc: its 20 classes; the tars from the channel, data_s3_uri or the mirrors) and a
+custom dataset in the same layout (dataset=custom: its own classes; an extracted tree, or its own
+tars named in data_checksums, never the official ones)."""
+
+import os
+from xml.etree import ElementTree as ET
+
+from detector_training.values import is_voc_split, voc_splits
+from detector_training.errors import DataError
+from detector_training.data.common import Datasets, SubsetDataset
+from detector_training.data.formats.data_format import DataFormat
+from detector_training.data.negatives import log_empty
+from detector_training.data.sources import FetchOptions
+from detector_training.data.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
+                                              channel_holds_extracted, tar_specs)
+from detector_training.data.voc_layout import VOC_TARS, find_devkit, find_year_dirs
+
+VOC_SPLITS = ("2007_trainval", "2012_trainval")
+VOC_VAL_SPLITS = ("2007_test",)
+# GluonCV's train_faster_rcnn.py defaults for VOC. lr_base_batch_size is the global batch the
+# published learning rate was tuned for (4 GPUs x 1 image).
+VOC_PRESET = dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
+                  lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS)
+
+
+def check_voc_splits(config):
+    """Problems of train_splits/val_splits for a VOCdevkit tree (YEAR_NAME each)."""
+    problems = []
+    for splits_key in ("train_splits", "val_splits"):
+        bad = [s for s in getattr(config, splits_key) or () if not is_voc_split(s)]
+        if bad:
+            problems.append("%s=%s: expected YEAR_NAME such as 2007_trainval"
+                            % (splits_key, ",".join(bad)))
+    return problems
+
+
+class VOC(DataFormat):
+    """The official Pascal VOC 2007/2012: recognised by its tars in the channel."""
+
+    name = "voc"
+    title = "Pascal VOC 2007/2012 (20 classes)"
+    channels = DATA_CHANNELS
+    preset = VOC_PRESET
+
+    def recognise(self, channel):
+        tars = [name for name, _ in VOC_TARS if name in channel.names()]
+        return "the VOC tars %s" % ", ".join(tars) if tars else None
+
+    def check_config(self, config):
+        problems = check_voc_splits(config)
+        if config.classes:
+            problems.insert(0, "classes is only used with dataset=custom or coco (dataset=voc has "
+                               "its 20 classes)")
+        return problems
+
+    def data_root(self, config, env, world):
+        return acquire_voc(config, env, world, env.work_dir,
+                           FetchOptions.from_environ(env.environ), self.channels)
+
+    def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
+        """A generated VOCdevkit (VOC2007, and VOC2012 with ``n_train_2012``) in the 'voc'
+        channel, kept when one is there."""
+        from detector_training.data.synthetic_voc import generate
+
+        channel = os.path.join(channels_dir, "voc")
+        if not os.path.isdir(os.path.join(channel, "VOCdevkit")):
+            generate(channel, n_train, n_test, n_train_2012, seed=seed)
+
+    def read(self, config, data_root, instances=False):
+        from gluoncv.data import VOCDetection
+
+        return _voc_datasets(config, data_root, tuple(VOCDetection.CLASSES))
+
+
+class CustomVOC(VOC):
+    """Your own classes in the VOCdevkit layout: recognised by an extracted VOCdevkit/VOC<year>
+    tree in the channel."""
+
+    name = "custom"
+    title = "Pascal VOC XML in a VOCdevkit tree (own classes)"
+
+    def recognise(self, channel):
+        years = find_year_dirs(channel.path) if os.path.isdir(channel.path) else []
+        if not years:
+            return None
+        return ", ".join(os.path.relpath(path, channel.path) for path in years.values())
+
+    def check_config(self, config):
+        return check_voc_splits(config)
+
+    def data_root(self, config, env, world):
+        """The channel's extracted tree; or its own tars (named with data_checksums) fetched
+        from the channel, data_s3_uri or a mirror given in data_mirrors, never the official VOC
+        mirror."""
+        name, path = env.data_channel(self.channels)
+        specs = tar_specs(config.data_checksums)
+        mirrors = tuple(m for m in config.data_mirrors if m.strip() != OFFICIAL)
+        has_tars = bool(path) and any(os.path.isfile(os.path.join(path, s.name)) for s in specs)
+        if (path and channel_holds_extracted(path, specs)) or has_tars or config.data_s3_uri \
+                or mirrors:
+            return acquire_voc(config, env, world, env.work_dir,
+                               FetchOptions.from_environ(env.environ), self.channels, mirrors)
+        raise DataError("dataset=custom: %s." % (
+            "channel '%s' holds no VOCdevkit/VOC<year> tree and none of the tars %s (its top "
+            "level: %s)" % (name, ", ".join(s.name for s in specs),
+                            ", ".join(sorted(os.listdir(path))[:12]) or "nothing")
+            if path else "no '%s' channel (nor %s) holds data" % (
+                self.channels[0], " or ".join("'%s'" % c for c in self.channels[1:]))),
+            "put the VOCdevkit tree (VOCdevkit/VOC<year>/Annotations, JPEGImages, "
+            "ImageSets/Main) in the 'train' channel, or your own tars with data_checksums "
+            "naming them; the official VOC tars are dataset=voc.")
+
+    def read(self, config, data_root, instances=False):
+        return _voc_datasets(config, data_root, None)
+
+
+def _check_split_files(devkit, splits):
+    for year, name in splits:
+        path = os.path.join(devkit, "VOC%d" % year, "ImageSets", "Main", name + ".txt")
+        if not os.path.isfile(path):
+            raise DataError("split file %s is missing." % path,
+                            "add it, or choose existing splits with train_splits/val_splits.")
+
+
+def _split_ids(devkit, splits):
+    for year, name in splits:
+        path = os.path.join(devkit, "VOC%d" % year, "ImageSets", "Main", name + ".txt")
+        with open(path) as handle:
+            for line in handle:
+                if line.strip():
+                    yield os.path.join(devkit, "VOC%d" % year), line.strip().split()[0]
+
+
+def infer_voc_classes(devkit, splits):
+    """Sorted object names found in the annotations of the given splits."""
+    names = set()
+    for base, image_id in _split_ids(devkit, splits):
+        tree = ET.parse(os.path.join(base, "Annotations", image_id + ".xml"))
+        names.update(obj.find("name").text.strip().lower() for obj in tree.iter("object"))
+    if not names:
+        raise DataError("no objects found in the annotations of the training splits.",
+                        "check the Annotations folder, or name the classes with 'classes'.")
+    return tuple(sorted(names))
+
+
+def voc_aspect_ratios(items):
+    """width / height per (VOC folder, image id), read from the annotation's <size> (GluonCV's VOC
+    reader has no get_im_aspect_ratio); 1.0 where the size is missing."""
+    ratios = []
+    for base, image_id in items:
+        try:
+            size = ET.parse(os.path.join(base, "Annotations", image_id + ".xml")).find("size")
+            ratios.append(float(size.find("width").text) / float(size.find("height").text))
+        except (AttributeError, ValueError, ZeroDivisionError, OSError, ET.ParseError):
+            ratios.append(1.0)
+    return ratios
+
+
+def _voc_dataset(devkit, splits, classes, what, skip_empty):
+    """GluonCV's VOC reader for ``classes``; images without any object of those classes (GluonCV
+    skips other class names) are left out with ``skip_empty``, else kept as negatives."""
+    from gluoncv.data import VOCDetection
+
+    cls = VOCDetection
+    if tuple(classes) != tuple(VOCDetection.CLASSES):
+        cls = type("CustomVOCDetection", (VOCDetection,), {"CLASSES": tuple(classes)})
+    dataset = cls(root=devkit, splits=splits)
+    with_objects = [i for i in range(len(dataset)) if len(dataset._label_cache[i])]  # pylint: disable=protected-access
+    if not with_objects:
+        raise DataError("no %s image has an object of the classes %s (GluonCV reads names in "
+                        "lower case)." % (what, ", ".join(classes)),
+                        "name classes as they appear in the annotations, or leave 'classes' "
+                        "empty to read them from the annotations.")
+    log_empty(what, len(dataset) - len(with_objects), len(dataset), skip_empty)
+    keep = with_objects if skip_empty else list(range(len(dataset)))
+    items = [dataset._items[i] for i in keep]  # pylint: disable=protected-access
+    paths = [os.path.join(base, "JPEGImages", image_id + ".jpg") for base, image_id in items]
+    return SubsetDataset(dataset, keep, paths), items
+
+
+def _voc_datasets(config, data_root, classes):
+    """The VOCdevkit tree's splits; ``classes``: the fixed class list, else None (the configured
+    classes, else those found in the training annotations)."""
+    train_splits = voc_splits(config.train_splits)
+    # A carved validation split (val_fraction) reads no validation split files.
+    val_splits = voc_splits(config.val_splits) if config.val_fraction <= 0 else []
+    years = sorted({y for y, _ in train_splits + val_splits})
+    devkit = find_devkit(data_root, years)
+    _check_split_files(devkit, train_splits + val_splits)
+    if classes is None:
+        classes = tuple(c.lower() for c in config.classes) or infer_voc_classes(devkit, train_splits)
+    train, train_items = _voc_dataset(devkit, train_splits, classes, "training", config.skip_empty)
+    if not val_splits:
+        return Datasets(train=train, val=None, classes=classes,
+                        aspect_ratios=voc_aspect_ratios(train_items))
+    val, val_items = _voc_dataset(devkit, val_splits, classes, "validation", config.skip_empty)
+    return Datasets(train=train, val=val, classes=classes, aspect_ratios=voc_aspect_ratios(train_items),
+                    val_aspect_ratios=voc_aspect_ratios(val_items))

@@ -1,0 +1,92 @@
+"""The VOC XML formats (voc, custom): GluonCV's VOC reader on a VOCdevkit tree."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from detector_training.data import formats
+from detector_training.data.formats import build_datasets
+from detector_training.job.config import from_hyperparameters
+from detector_training.errors import ConfigError, DataError
+from detector_training.data.synthetic_voc import generate
+
+
+def test_unknown_class_in_annotations_is_a_clear_error(tmp_path):
+    generate(str(tmp_path), train_2007=4, test_2007=2, train_2012=0, seed=2)
+    config = from_hyperparameters({"dataset": "custom", "classes": "cat,dog",
+                                   "train_splits": "2007_trainval"})
+    with pytest.raises(DataError) as err:
+        build_datasets(config, str(tmp_path))
+    assert "no training image has an object of the classes cat, dog" in str(err.value)
+
+
+def test_images_without_configured_classes_are_left_out(tmp_path):
+    generate(str(tmp_path), train_2007=30, test_2007=10, train_2012=0, seed=4)
+    full = build_datasets(from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval"}),
+                          str(tmp_path))
+    only = build_datasets(from_hyperparameters({"dataset": "custom", "classes": "circle",
+                                                "train_splits": "2007_trainval"}), str(tmp_path))
+    assert only.classes == ("circle",)
+    assert 0 < len(only.train) < len(full.train) == 30
+    assert len(only.aspect_ratios) == len(only.train)
+    for i in range(len(only.train)):
+        _, label = only.train[i]
+        assert len(label) and (label[:, 4] == 0).all()
+
+
+def test_missing_split_file_is_a_clear_error(tmp_path):
+    generate(str(tmp_path), train_2007=4, test_2007=2, train_2012=0, seed=2)
+    config = from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval,2012_trainval"})
+    with pytest.raises(DataError) as err:
+        build_datasets(config, str(tmp_path))
+    assert "VOC2012" in str(err.value)
+
+
+def job_env(tmp_path):
+    from detector_training.job.sm_env import Environment
+
+    (tmp_path / "input" / "data").mkdir(parents=True, exist_ok=True)
+    return Environment.read(str(tmp_path), environ={"DETECTOR_WORK_DIR": str(tmp_path / "work")})
+
+
+WORLD = SimpleNamespace(rank=0, size=1, local_rank=0, is_main=True, is_local_main=True)
+
+
+def test_custom_reads_an_extracted_tree_in_the_channel_as_is(tmp_path):
+    env = job_env(tmp_path)
+    generate(str(tmp_path / "input" / "data" / "train"), 2, 1, 0)
+    config = from_hyperparameters({"dataset": "custom"})
+    assert formats.get("custom").data_root(config, env, WORLD) == env.channel_dir("train")
+
+
+def test_custom_never_reaches_for_the_official_voc_tars(tmp_path, monkeypatch):
+    """A CVAT-style export (no VOCdevkit) with dataset=custom: a clear error naming what the
+    channel holds, and no source is tried (the official mirror is the default data_mirrors)."""
+    from detector_training.data import sources
+
+    def no_fetch(*args, **kwargs):
+        raise AssertionError("a source was tried")
+
+    for stage in ("stage_http", "stage_s3", "stage_channel_file"):
+        monkeypatch.setattr(sources, stage, no_fetch)
+    env = job_env(tmp_path)
+    for folder in ("Annotations", "JPEGImages", "ImageSets"):
+        (tmp_path / "input" / "data" / "train" / folder).mkdir(parents=True)
+    config = from_hyperparameters({"dataset": "custom"})
+    assert config.data_mirrors == ("official",)
+    with pytest.raises(DataError) as err:
+        formats.get("custom").data_root(config, env, WORLD)
+    assert "dataset=custom: channel 'train' holds no VOCdevkit/VOC<year> tree" in str(err.value)
+    assert "its top level: Annotations, ImageSets, JPEGImages" in str(err.value)
+    assert "the official VOC tars are dataset=voc" in err.value.fix
+    assert not (tmp_path / "work").exists()
+
+
+def test_voc_takes_no_classes_and_both_take_voc_splits_only():
+    with pytest.raises(ConfigError, match="classes is only used with dataset=custom or coco"):
+        from_hyperparameters({"dataset": "voc", "classes": "a"})
+    for dataset in ("voc", "custom"):
+        with pytest.raises(ConfigError, match="train_splits=trainval: expected YEAR_NAME"):
+            from_hyperparameters({"dataset": dataset, "train_splits": "trainval"})
+    assert from_hyperparameters({"dataset": "coco", "train_splits": "trainval"}).train_splits == \
+        ("trainval",)
