@@ -6,9 +6,9 @@ the evaluation report and the serving benchmark all run.
   ``model-symbol.json`` + ``model-0000.params``, ``classes.json`` and ``config.json``;
 * **decode**: image bytes to RGB pixels with Pillow under a policy (formats, a pixel cap read
   from the header, truncated files refused, grey/palette/RGBA/CMYK/16-bit converted);
-* **detect**: the image resized as the family's validation resizes it (R-CNN families: short
-  side = the last training scale, longer side capped at ``max_size``; YOLOv3: a ``max_size``
-  square), the forward pass, and boxes back in the pixel coordinates of the original
+* **detect**: the image resized as the R-CNN families' validation resizes it (short side = the
+  last training scale, longer side capped at ``max_size``), or to a ``max_size`` square for a
+  family whose ``test_resize`` says so, the forward pass, and boxes back in the pixel coordinates of the original
   image (its stored pixel grid: like MXNet's decoder, EXIF orientation is not applied), with
   masks as COCO's compressed RLE for a model that segments.
 
