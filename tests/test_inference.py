@@ -277,9 +277,9 @@ FAMILIES = ("faster_rcnn", "yolo3", "mask_rcnn")
 
 @pytest.fixture(scope="module")
 def wide_image():
-    """A 4:3 picture of shapes, larger than every tiny model's input."""
-    img, _objects = make_image(random.Random(11), ["circle", "square", "triangle"])
-    return np.asarray(img.resize((320, 240), Image.NEAREST).convert("RGB"))
+    """The serve tests' picture of shapes (400 x 240), larger than every tiny model's input."""
+    img, _objects = make_image(random.Random(5), ["circle", "square", "triangle"])
+    return np.asarray(img.resize((img.width * 2, img.height * 2), Image.NEAREST).convert("RGB"))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -288,7 +288,8 @@ def test_every_family_detects_in_original_image_pixels(trained_models, family, w
     found = inference.detect_image(model, wide_image, 0.0)
     assert found and {d["class"] for d in found} <= set(model.classes)
     boxes = np.array([d["box"] for d in found])
-    assert (boxes >= 0).all() and (boxes[:, [0, 2]] <= 319).all() and (boxes[:, [1, 3]] <= 239).all()
+    height, width = wide_image.shape[:2]
+    assert (boxes >= 0).all() and (boxes[:, [0, 2]] <= width - 1).all() and (boxes[:, [1, 3]] <= height - 1).all()
     assert all(("mask" in d) == (family == "mask_rcnn") for d in found)
     assert all("mask" not in d for d in inference.detect_image(model, wide_image, 0.0, masks=False))
     assert len(inference.detect_image(model, wide_image, 0.0, max_detections=1)) == 1
@@ -306,9 +307,10 @@ def test_the_input_is_resized_as_the_family_validates(trained_models, family, sq
     data, (scale_x, scale_y) = inference.network_input(model, wide_image)
     if square:
         assert data.shape == (1, 3, config["max_size"], config["max_size"])
-        assert (scale_x, scale_y) == (320 / config["max_size"], 240 / config["max_size"])
+        assert (scale_x, scale_y) == (400 / config["max_size"], 240 / config["max_size"])
     else:
-        assert data.shape[2] == config["short"][-1] and abs(data.shape[3] - config["short"][-1] * 4 / 3) <= 1
+        short, max_size = config["short"][-1], config["max_size"]
+        assert data.shape[2:] in ((short, min(max_size, round(short * 5 / 3))), (round(max_size * 3 / 5), max_size))
         assert scale_x == pytest.approx(scale_y, rel=0.02)
 
 
@@ -339,7 +341,7 @@ def test_labelled_results_are_the_detections_beside_the_labels(model, wide_image
                                                   np.array([False]), lambda: wide_image)])
     (result,) = results
     expected = inference.detect_image(model, wide_image, 0.0)
-    assert (result.name, result.width, result.height) == ("shapes.png", 320, 240)
+    assert (result.name, result.width, result.height) == ("shapes.png", 400, 240)
     np.testing.assert_allclose(result.boxes, [d["box"] for d in expected])
     assert [model.classes[i] for i in result.labels] == [d["class"] for d in expected]
     np.testing.assert_allclose(result.scores, [d["score"] for d in expected])
