@@ -306,10 +306,11 @@ def hooks_for(tmp_path, monkeypatch, config, validated):
 
 def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
     hooks, _network, checkpoints = hooks_for(tmp_path, monkeypatch, make_config(), [])
+    # TensorBoard last: at the end it writes what the final model's hook published (the report)
     assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, StopHook,
-                                        ValidationHook, EarlyStoppingHook, TensorBoardHook,
-                                        CheckpointHook, FinalModelHook]
-    assert hooks[7] is checkpoints and hooks[3].checkpoint_hook is checkpoints
+                                        ValidationHook, EarlyStoppingHook, CheckpointHook,
+                                        FinalModelHook, TensorBoardHook]
+    assert hooks[6] is checkpoints and hooks[3].checkpoint_hook is checkpoints
 
 
 def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkeypatch):
@@ -366,3 +367,31 @@ def test_a_stop_request_ends_the_loop_with_a_checkpoint_and_no_final_model(tmp_p
     assert os.listdir(tmp_path / "checkpoints")
     assert not os.path.exists(tmp_path / "model" / "model.params")
     assert not os.path.exists(tmp_path / "work" / "job-finished")  # stopped, not finished
+
+
+# --- the evaluation report of the best model, every family ---------------------------------------
+
+@pytest.mark.parametrize("family", ["faster_rcnn", "yolo3", "mask_rcnn"])
+def test_a_jobs_model_directory_holds_its_best_models_evaluation_report(trained_models, family):
+    """Tiny real jobs of each family (conftest's SERVED_JOBS): the report's files, its classes,
+    its image count, and the same pictures and page in TensorBoard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from detector_training.core import eval_report
+
+    model_dir = trained_models[family]
+    assert set(eval_report.FILES) <= set(os.listdir(model_dir))
+    classes = json.load(open(os.path.join(model_dir, "classes.json")))
+    best = json.load(open(os.path.join(model_dir, "validation-best.json")))
+    page = open(os.path.join(model_dir, eval_report.REPORT_MD)).read()
+    assert page.startswith("# Evaluation\n\n%d image(s), %d class(es)." % (best["images"], len(classes)))
+    thresholds = open(os.path.join(model_dir, eval_report.THRESHOLDS_CSV)).read().splitlines()
+    assert [line.split(",")[0] for line in thresholds[1:]] == classes
+    confusion = open(os.path.join(model_dir, eval_report.CONFUSION_CSV)).read().splitlines()
+    assert confusion[-1].startswith("background,") and len(confusion) == len(classes) + 2
+    events = EventAccumulator(os.path.join(os.path.dirname(model_dir), "output", "tensorboard"),
+                              size_guidance={"images": 0, "tensors": 0})
+    events.Reload()
+    assert {"evaluation/precision_recall", "evaluation/confusion_matrix",
+            "evaluation/validation_images"} <= set(events.Tags()["images"])
+    assert "evaluation/report/text_summary" in events.Tags()["tensors"]

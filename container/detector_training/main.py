@@ -14,19 +14,22 @@ import json
 import logging
 import os
 import random
+import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
 
-from detector_training import families
+from detector_training import families, inference
 from detector_training.data import formats
 from detector_training.core.checkpoint import CheckpointManager, load_latest, resume_trainer
 from detector_training.core.distributed import init_distributed
 from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, Engine, EpochSetupHook,
                                            FinalModelHook, LearningRateHook, MetricLogHook, StopHook,
                                            ValidationHook)
+from detector_training.core.eval_report import COCO_IOUS
 from detector_training.core.evaluation import validate
-from detector_training.core.model_dir import ModelDirectory
+from detector_training.core.model_dir import (BEST_PARAMS, CLASSES_FILE, CONFIG_FILE, EXPORT_PREFIX,
+                                              ModelDirectory)
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
@@ -273,6 +276,7 @@ def make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
                               classes=datasets.classes, effective_config=effective,
                               history=engine.history, validation=validation,
                               fitted=network.fitted, stopped=engine.early_stop)
+        evaluation_report(engine, config, family, network, datasets, model_dir.path, ctx)
 
     train_data = loaders.train
     return [
@@ -285,10 +289,38 @@ def make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
                        lambda engine: model_dir.save_best(engine.net, engine.last_validation),
                        scores=family.score_names, objective=family.objective),
         EarlyStoppingHook(family.objective),
-        TensorBoardHook(env.paths.tensorboard_dir, effective),
         checkpoints,
         FinalModelHook(write_final),
+        TensorBoardHook(env.paths.tensorboard_dir, effective),  # last: it writes what they published
     ]
+
+
+def evaluation_report(engine, config, family, network, datasets, model_path, ctx):
+    """The best model (its export, run by inference.py as serve runs it) on the validation
+    images: core/eval_report.py's pictures and tables into the model directory, published for
+    TensorBoard. A convenience like the report: it never fails a trained job."""
+    best = os.path.join(model_path, BEST_PARAMS)
+    if datasets.val is None or not os.path.isfile(best):
+        LOG.info("evaluation: no report (no validated model)")
+        return
+    scratch = tempfile.mkdtemp(prefix="detector-eval-")
+    try:
+        family.export(config, datasets.classes, best, os.path.join(scratch, EXPORT_PREFIX), network.fitted)
+        for name in (CLASSES_FILE, CONFIG_FILE):
+            shutil.copy(os.path.join(model_path, name), scratch)
+        model = inference.load_model(scratch, ctx)
+        evaluation, pictures, text = inference.evaluate(
+            model, inference.dataset_samples(datasets.val), model_path,
+            COCO_IOUS if datasets.metric == "coco" else None)
+        engine.pictures.update(("evaluation/" + name.rsplit(".", 1)[0], png) for name, png in pictures.items())
+        engine.texts["evaluation/report"] = text
+        LOG.info("evaluation: the best model on %d validation image(s): mAP %.4f at IoU %.2f; "
+                 "pictures and tables in %s", evaluation.images, evaluation.mean_ap, evaluation.iou,
+                 model_path)
+    except Exception as exc:  # pylint: disable=broad-except
+        LOG.warning("evaluation: report not written (%s: %s)", type(exc).__name__, exc)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # --- 8. the loop ---------------------------------------------------------------------------------

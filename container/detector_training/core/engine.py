@@ -112,9 +112,12 @@ class Engine:
         self.hooks = [h for h in hooks if world.is_main or not h.main_only]
         self.completed = False
         self.times = StepTimes()  # this epoch's steps: data wait, forward/backward, update
-        # Scalars a hook published at the current point (name -> value), for the writers after it
-        # (TensorBoard); emptied before each point.
+        # Scalars a hook published at the current point (name -> value), and pictures (tag -> PNG
+        # bytes) and texts (tag -> Markdown), for the writers after it (TensorBoard); emptied
+        # before each point.
         self.scalars = {}
+        self.pictures = {}
+        self.texts = {}
         self.best_map = position.best_map if position.best_map is not None else float("-inf")
         self.history = list(position.history)  # one dict per finished epoch: losses, metrics, mAP
         self.last_validation = None
@@ -132,7 +135,7 @@ class Engine:
         mx.nd.waitall()
 
     def _call(self, point):
-        self.scalars = {}
+        self.scalars, self.pictures, self.texts = {}, {}, {}
         for hook in self.hooks:
             getattr(hook, point)(self)
 
