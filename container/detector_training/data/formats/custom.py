@@ -38,9 +38,6 @@ class CustomVOC(LabelledFormat):
     channels = DATA_CHANNELS + (VALIDATION_CHANNEL,)
     preset = VOC_PRESET
 
-    def __init__(self):
-        self._exports = {}
-
     def recognise(self, channel):
         if not os.path.isdir(channel.path):
             return None
@@ -114,13 +111,8 @@ class CustomVOC(LabelledFormat):
         return export.read(names, config.classes) if names else None
 
     def _export(self, folder):
-        if folder not in self._exports:
-            export = voc_exports.find_export(folder)
-            if export is None:
-                raise DataError("channel folder %s holds no Pascal VOC XML annotations." % folder,
-                                "put the export as the labelling tool wrote it in the channel.")
-            self._exports[folder] = export
-        return self._exports[folder]
+        return self.export_in(folder, voc_exports.find_export, "Pascal VOC XML annotations",
+                              "put the export as the labelling tool wrote it in the channel.")
 
     @staticmethod
     def _devkit_split(data_root, split, config):
