@@ -434,7 +434,4 @@ def _builtin_rules(config, data_format):
     if config.num_classes is not None and config.classes and len(config.classes) != config.num_classes:
         problems.append("num_classes=%d but classes names %d (%s)" % (
             config.num_classes, len(config.classes), ",".join(config.classes)))
-    if config.num_classes is not None and config.dataset == "voc" and config.num_classes != 20:
-        problems.append("num_classes=%d: dataset=voc has its 20 classes (dataset=custom trains "
-                        "your own)" % config.num_classes)
     return problems
