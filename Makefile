@@ -25,7 +25,7 @@ BASE_IMAGE ?= detector-base:bookworm
 # NVIDIA's stub driver library inside the GPU image, off its loader path (see Dockerfile).
 CUDA_STUB := /opt/detector-training/cuda-stub
 
-.PHONY: venv sdk-venv sysdeps run run-mask test container-tier bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
+.PHONY: venv sdk-venv sysdeps run run-mask run-ssd test container-tier bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
 venv: $(STAMP)
 
 # OpenMPI (mpirun, and headers for Horovod's MPI controller) comes from the system.
@@ -55,6 +55,10 @@ run: $(STAMP)
 # The same for a Mask R-CNN: generated COCO-format instance masks, GluonCV's ResNet-18 FPN network.
 run-mask: $(STAMP)
 	$(VENV)/bin/detector-run --output $(RUN_DIR)-mask --set network=mask_rcnn_fpn_resnet18_v1b_coco
+
+# The same for an SSD: GluonCV's MobileNet 1.0 SSD at a 128-pixel data shape on `make run`'s data.
+run-ssd: $(STAMP)
+	$(VENV)/bin/detector-run --output $(RUN_DIR)-ssd --set network=ssd_512_mobilenet1.0_voc
 
 SDK_VENV ?= .venv-sdk
 SDK_STAMP := $(SDK_VENV)/.installed

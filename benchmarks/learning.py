@@ -18,7 +18,7 @@ images (Mask R-CNN: the COCO-format generator with masks, and ``make run-mask``'
 images, since its step costs about five times Faster R-CNN's), and the scores read (box mAP; Mask
 R-CNN also mask mAP: COCO's AP at IoU 0.50:0.95, not VOC07's at 0.5).
 
-Usage: python benchmarks/learning.py [--seeds 3] [--families faster_rcnn,yolo3,mask_rcnn] [--images N] [--output out/bench-learning]
+Usage: python benchmarks/learning.py [--seeds 3] [--families faster_rcnn,yolo3,ssd,mask_rcnn] [--images N] [--output out/bench-learning]
 """
 
 import argparse
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 
+from detector_training.families.ssd import SSD
 from detector_training.job.demo import prepare_run_tree, run_hyperparameters
 from detector_training.data.synthetic_coco import generate as generate_coco
 from detector_training.data.synthetic_voc import generate as generate_voc
@@ -78,6 +79,13 @@ def mask_rcnn_hyperparameters(epochs):
                 epochs=str(epochs), lr_decay_epoch=str(max(1, epochs - 1)), log_interval="50")
 
 
+def ssd_hyperparameters(epochs):
+    """`make run-ssd`'s preset (the SSD family's demo defaults: MobileNet 1.0 SSD at 128 pixels,
+    batch 8, cosine schedule with warm-up), trained for `epochs`."""
+    return dict(run_hyperparameters({"network": "ssd_512_mobilenet1.0_voc"}), epochs=str(epochs),
+                train_splits="2007_trainval", log_interval="50")
+
+
 # epochs: the family's budget, sized so that a run costs about the same CPU time: Faster R-CNN's
 # small network (stride 8, stage 3 per RoI) 8 epochs, YOLOv3 at 128 pixels 12. Mask R-CNN gets
 # `make run-mask`'s 4 epochs of 72 images (about three times the CPU time): with the others'
@@ -87,6 +95,9 @@ FAMILIES = {
                         hyperparameters=faster_rcnn_hyperparameters, data="voc"),
     "yolo3": dict(network="yolo3_mobilenet0.25_voc", epochs=12,
                   hyperparameters=yolo3_hyperparameters, data="voc"),
+    # SSD: `make run-ssd`'s whole schedule, which is sized to about the time of `make run`.
+    "ssd": dict(network="ssd_512_mobilenet1.0_voc", epochs=int(SSD.demo_defaults["epochs"]),
+                hyperparameters=ssd_hyperparameters, data="voc"),
     "mask_rcnn": dict(network="mask_rcnn_fpn_resnet18_v1b_coco", epochs=4,
                       hyperparameters=mask_rcnn_hyperparameters, data="coco", images=72,
                       test_images=24, scores=("mAP", "mask_mAP")),

@@ -2,8 +2,8 @@
 
 Both run in the same image, on the same cores (``docker run --cpuset-cpus``), the same model and
 the same JPEG images. The bare loop is one process doing, per image, what a worker does for a
-request: decode, GluonCV's test transform, forward, boxes back to pixels
-(``predict.decode_image`` + ``predict.detect_image``), with all the cores as OpenMP threads.
+request: decode, GluonCV's test transform, forward, boxes back to pixels (``inference.decode_image``
++ ``inference.detect_image``, what serve runs), with all the cores as OpenMP threads.
 `serve` is measured at each worker count and 1..N concurrent clients (each client sends its
 next request when the last one was answered; the client runs on the host).
 
@@ -69,16 +69,18 @@ def summary(latencies, seconds):
 
 def bare_loop(model_dir, image_dir, requests):
     """Inside the image: the per-image work of a worker, serially, with every core of the cpuset."""
-    from detector_training import predict
+    from detector_training import inference
 
-    model = predict.load_model(model_dir)
+    threshold, most = inference.DEFAULT_THRESHOLD, inference.DEFAULT_MAX_DETECTIONS  # serve's defaults
+    model = inference.load_model(model_dir)
     bodies = [open(os.path.join(image_dir, n), "rb").read() for n in sorted(os.listdir(image_dir))]
     for body in bodies * 2:  # warm-up
-        predict.detect_image(model, predict.decode_image(io.BytesIO(body)), 0.5, 100)
+        inference.detect_image(model, inference.decode_image(io.BytesIO(body)), threshold, most)
     latencies, started = [], time.perf_counter()
     for index in range(requests):
         begin = time.perf_counter()
-        predict.detect_image(model, predict.decode_image(io.BytesIO(bodies[index % len(bodies)])), 0.5, 100)
+        body = bodies[index % len(bodies)]
+        inference.detect_image(model, inference.decode_image(io.BytesIO(body)), threshold, most)
         latencies.append(time.perf_counter() - begin)
     print("RESULT " + json.dumps(summary(latencies, time.perf_counter() - started)))
 

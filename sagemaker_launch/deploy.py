@@ -14,6 +14,8 @@ from sagemaker.deserializers import JSONDeserializer
 from sagemaker.predictor import Predictor
 from sagemaker.serializers import IdentitySerializer
 
+from detector_training.values import parse_detection_count, parse_score_threshold
+
 from .job import LOCAL_TYPES, LaunchError
 
 IMAGE_TYPE = "application/x-image"  # any format serve decodes (JPEG, PNG, ...)
@@ -39,14 +41,13 @@ class DetectorPredictor(Predictor):
 def custom_attributes(threshold=None, max_detections=None):
     """The ``X-Amzn-SageMaker-Custom-Attributes`` value serve reads ("" for its defaults)."""
     parts = []
-    if threshold is not None:
-        if not 0.0 <= float(threshold) <= 1.0:
-            raise LaunchError("threshold=%r: expected a score between 0 and 1." % threshold)
-        parts.append("threshold=%s" % float(threshold))
-    if max_detections is not None:
-        if int(max_detections) < 1:
-            raise LaunchError("max_detections=%r: expected 1 or more." % max_detections)
-        parts.append("max_detections=%d" % int(max_detections))
+    for key, value, parser in (("threshold", threshold, parse_score_threshold),
+                               ("max_detections", max_detections, parse_detection_count)):
+        if value is not None:
+            try:
+                parts.append("%s=%r" % (key, parser(value)))
+            except ValueError as exc:  # serve's own parsers: what it refuses is refused here
+                raise LaunchError("%s=%r: expected %s." % (key, value, exc)) from None
     return ", ".join(parts)
 
 
@@ -56,10 +57,10 @@ def serving_environment(threshold=None, max_detections=None, workers=None):
     environment = {}
     if threshold is not None:
         custom_attributes(threshold=threshold)
-        environment["DETECTOR_SCORE_THRESHOLD"] = str(float(threshold))
+        environment["DETECTOR_SCORE_THRESHOLD"] = repr(parse_score_threshold(threshold))
     if max_detections is not None:
         custom_attributes(max_detections=max_detections)
-        environment["DETECTOR_MAX_DETECTIONS"] = str(int(max_detections))
+        environment["DETECTOR_MAX_DETECTIONS"] = str(parse_detection_count(max_detections))
     if workers is not None:
         environment["SAGEMAKER_MODEL_SERVER_WORKERS"] = str(int(workers))
     return environment

@@ -197,11 +197,14 @@ def s3(moto_server, monkeypatch, tmp_path):
 
 
 # Tiny real jobs of each family, for the tests that serve their models (hyperparameters as in
-# tests/test_predict.py, tests/families/test_yolo3.py and tests/end_to_end/test_mask_rcnn_jobs.py).
+# tests/test_predict.py, tests/families/test_yolo3.py, tests/families/test_ssd.py and
+# tests/end_to_end/test_mask_rcnn_jobs.py).
 SERVED_JOBS = {
     "faster_rcnn": ({"epochs": "1", "batch_size": "2"}, 6, 2),
     "yolo3": ({"network": "yolo3_mobilenet0.25_custom", "short": "96", "max_size": "96", "lr": "0.004",
                "lr_base_batch_size": "4", "lr_warmup": "4", "epochs": "1", "batch_size": "2"}, 6, 2),
+    "ssd": ({"network": "ssd_512_mobilenet1.0_voc", "short": "64", "max_size": "64", "lr": "0.01",
+             "lr_base_batch_size": "4", "lr_warmup": "4", "epochs": "1", "batch_size": "2"}, 6, 2),
     "mask_rcnn": ({"network": "mask_rcnn_fpn_resnet18_v1b_coco", "dataset": "coco",
                    "train_splits": "instances_train2017", "val_splits": "instances_val2017",
                    "short": "96", "max_size": "144", "rcnn_num_samples": "64", "lr": "0.005",

@@ -7,7 +7,7 @@ import os
 import re
 
 from detector_training import settings
-from detector_training.job import config
+from detector_training.job import builtin_algorithm, config
 from detector_training.job.metrics import METRIC_DEFINITIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +45,8 @@ def documented_hyperparameters(text):
 
 
 def test_hyperparameter_reference_names_exactly_what_the_config_accepts():
-    accepted = {f.name for f in dataclasses.fields(config.TrainConfig)} | set(config.LAUNCH_KEYS)
+    accepted = {f.name for f in dataclasses.fields(config.TrainConfig)} | set(config.LAUNCH_KEYS) \
+        | set(builtin_algorithm.NAMES)
     documented = documented_hyperparameters(read("docs", "hyperparameters.md"))
     assert len(documented) == len(set(documented)), "listed twice: %s" % sorted(
         n for n in documented if documented.count(n) > 1)

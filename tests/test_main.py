@@ -20,7 +20,7 @@ from mxnet import autograd
 from detector_training import main
 from detector_training.core.checkpoint import CheckpointManager
 from detector_training.core.distributed import SingleProcess, World
-from detector_training.core.engine import (CheckpointHook, EpochSetupHook, FinalModelHook,
+from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, EpochSetupHook, FinalModelHook,
                                            LearningRateHook, MetricLogHook, StopHook, ValidationHook)
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.data.formats.custom import CustomVOC
@@ -244,6 +244,18 @@ def test_a_data_report_that_cannot_be_made_leaves_the_job_going(tmp_path, caplog
     assert "data check: no report (RuntimeError: disk full)" in caplog.text
 
 
+def test_num_classes_other_than_the_datas_stops_before_the_network_is_built(tmp_path):
+    from detector_training.errors import ConfigError
+
+    family = ToyFamily()
+    assert main.read_data(make_config(dataset="coco", num_classes="2"), make_env(tmp_path), World(),
+                          family).classes == CLASSES
+    with pytest.raises(ConfigError) as err:
+        main.read_data(make_config(dataset="coco", num_classes="3"), make_env(tmp_path), World(), family)
+    assert err.value.cause == "num_classes=3, but the training data has 2 classes (a,b)."
+    assert "set num_classes=2, or leave it out" in err.value.fix
+
+
 # --- 3. network and 4. loaders --------------------------------------------------------------------
 
 def test_the_network_is_built_for_the_classes_and_carries_its_image_sizes(tmp_path):
@@ -318,8 +330,10 @@ def hooks_for(tmp_path, monkeypatch, config, validated):
 
 def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
     hooks, _network, checkpoints = hooks_for(tmp_path, monkeypatch, make_config(), [])
+    # TensorBoard last: at the end it writes what the final model's hook published (the report)
     assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, StopHook,
-                                        ValidationHook, TensorBoardHook, CheckpointHook, FinalModelHook]
+                                        ValidationHook, EarlyStoppingHook, CheckpointHook,
+                                        FinalModelHook, TensorBoardHook]
     assert hooks[6] is checkpoints and hooks[3].checkpoint_hook is checkpoints
 
 
@@ -377,3 +391,31 @@ def test_a_stop_request_ends_the_loop_with_a_checkpoint_and_no_final_model(tmp_p
     assert os.listdir(tmp_path / "checkpoints")
     assert not os.path.exists(tmp_path / "model" / "model.params")
     assert not os.path.exists(tmp_path / "work" / "job-finished")  # stopped, not finished
+
+
+# --- the evaluation report of the best model, every family ---------------------------------------
+
+@pytest.mark.parametrize("family", ["faster_rcnn", "yolo3", "mask_rcnn"])
+def test_a_jobs_model_directory_holds_its_best_models_evaluation_report(trained_models, family):
+    """Tiny real jobs of each family (conftest's SERVED_JOBS): the report's files, its classes,
+    its image count, and the same pictures and page in TensorBoard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from detector_training.core import eval_report
+
+    model_dir = trained_models[family]
+    assert set(eval_report.FILES) <= set(os.listdir(model_dir))
+    classes = json.load(open(os.path.join(model_dir, "classes.json")))
+    best = json.load(open(os.path.join(model_dir, "validation-best.json")))
+    page = open(os.path.join(model_dir, eval_report.REPORT_MD)).read()
+    assert page.startswith("# Evaluation\n\n%d image(s), %d class(es)." % (best["images"], len(classes)))
+    thresholds = open(os.path.join(model_dir, eval_report.THRESHOLDS_CSV)).read().splitlines()
+    assert [line.split(",")[0] for line in thresholds[1:]] == classes
+    confusion = open(os.path.join(model_dir, eval_report.CONFUSION_CSV)).read().splitlines()
+    assert confusion[-1].startswith("background,") and len(confusion) == len(classes) + 2
+    events = EventAccumulator(os.path.join(os.path.dirname(model_dir), "output", "tensorboard"),
+                              size_guidance={"images": 0, "tensors": 0})
+    events.Reload()
+    assert {"evaluation/precision_recall", "evaluation/confusion_matrix",
+            "evaluation/validation_images"} <= set(events.Tags()["images"])
+    assert "evaluation/report/text_summary" in events.Tags()["tensors"]

@@ -84,3 +84,34 @@ def test_a_hyperparameter_nested_deeper_than_the_parser_goes_is_a_value_error():
 
     with pytest.raises(ConfigError, match="classes"):
         from_hyperparameters({"classes": deep})
+
+
+def test_parse_regex_keeps_the_text_of_a_valid_expression_and_names_the_error_of_another():
+    from detector_training.values import parse_regex
+
+    assert parse_regex(" ^conv1_|^conv2_ ") == "^conv1_|^conv2_" and parse_regex("") == ""
+    with pytest.raises(ValueError) as err:
+        parse_regex("[conv")
+    assert str(err.value).startswith("a regular expression (unterminated character set")
+
+
+@pytest.mark.parametrize("raw, expected", [("0", 0.0), (" 0.3 ", 0.3), ("1", 1.0), (0.25, 0.25), (1, 1.0)])
+def test_a_score_threshold_is_a_number_from_0_to_1(raw, expected):
+    assert values.parse_score_threshold(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["1.5", "-0.1", "nan", "inf", "high", "", True, None])
+def test_anything_else_is_no_score_threshold(raw):
+    with pytest.raises(ValueError, match="a score between 0 and 1"):
+        values.parse_score_threshold(raw)
+
+
+@pytest.mark.parametrize("raw, expected", [("1", 1), (" 20 ", 20), (7, 7), (3.0, 3)])
+def test_a_detection_count_is_a_whole_number_from_1(raw, expected):
+    assert values.parse_detection_count(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "2.5", 2.5, "many", True, None])
+def test_anything_else_is_no_detection_count(raw):
+    with pytest.raises(ValueError, match="a whole number of detections, 1 or more"):
+        values.parse_detection_count(raw)

@@ -14,23 +14,28 @@ import json
 import logging
 import os
 import random
+import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
 
-from detector_training import families
+from detector_training import families, inference
 from detector_training.data import formats
 from detector_training.core.checkpoint import CheckpointManager, load_latest, resume_trainer
 from detector_training.core.distributed import init_distributed
-from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook,
-                                           LearningRateHook, MetricLogHook, StopHook, ValidationHook)
+from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, Engine, EpochSetupHook,
+                                           FinalModelHook, LearningRateHook, MetricLogHook, StopHook,
+                                           ValidationHook)
+from detector_training.core.eval_report import COCO_IOUS
 from detector_training.core.evaluation import validate
-from detector_training.core.model_dir import ModelDirectory
+from detector_training.core.model_dir import (BEST_PARAMS, CLASSES_FILE, CONFIG_FILE, EXPORT_PREFIX,
+                                              ModelDirectory)
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
 from detector_training.data.loaders import close_loader
 from detector_training.data.samplers import steps_per_epoch
+from detector_training.errors import ConfigError
 from detector_training.job import check_data
 from detector_training.job.config_file import load_config
 from detector_training.job.failure import report_failure
@@ -156,6 +161,11 @@ def seed_everything(seed, rank):
 def read_data(config, env, world, family):
     root = data_root(config, env, world)
     datasets = family.read_datasets(config, root)
+    if config.num_classes is not None and len(datasets.classes) != config.num_classes:
+        raise ConfigError("num_classes=%d, but the training data has %d classes (%s)."
+                          % (config.num_classes, len(datasets.classes), ",".join(datasets.classes)),
+                          "set num_classes=%d, or leave it out (the data's classes are used), or name "
+                          "the classes to train with classes." % len(datasets.classes))
     if world.is_main:
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
@@ -275,10 +285,14 @@ def make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
                         scratch)
 
     def write_final(engine):
+        validation = engine.last_validation
+        if engine.early_stop is not None:  # the model is the best one, not the last
+            validation = model_dir.load_best(engine.net, ctx) or validation
         model_dir.write_final(family=family, config=config, net=engine.net,
                               classes=datasets.classes, effective_config=effective,
-                              history=engine.history, validation=engine.last_validation,
-                              fitted=network.fitted)
+                              history=engine.history, validation=validation,
+                              fitted=network.fitted, stopped=engine.early_stop)
+        evaluation_report(engine, config, family, network, datasets, model_dir.path, ctx)
 
     train_data = loaders.train
     return [
@@ -290,10 +304,39 @@ def make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
         ValidationHook(validate_now,
                        lambda engine: model_dir.save_best(engine.net, engine.last_validation),
                        scores=family.score_names, objective=family.objective),
-        TensorBoardHook(env.paths.tensorboard_dir, effective),
+        EarlyStoppingHook(family.objective),
         checkpoints,
         FinalModelHook(write_final),
+        TensorBoardHook(env.paths.tensorboard_dir, effective),  # last: it writes what they published
     ]
+
+
+def evaluation_report(engine, config, family, network, datasets, model_path, ctx):
+    """The best model (its export, run by inference.py as serve runs it) on the validation
+    images: core/eval_report.py's pictures and tables into the model directory, published for
+    TensorBoard. A convenience like the report: it never fails a trained job."""
+    best = os.path.join(model_path, BEST_PARAMS)
+    if datasets.val is None or not os.path.isfile(best):
+        LOG.info("evaluation: no report (no validated model)")
+        return
+    scratch = tempfile.mkdtemp(prefix="detector-eval-")
+    try:
+        family.export(config, datasets.classes, best, os.path.join(scratch, EXPORT_PREFIX), network.fitted)
+        for name in (CLASSES_FILE, CONFIG_FILE):
+            shutil.copy(os.path.join(model_path, name), scratch)
+        model = inference.load_model(scratch, ctx)
+        evaluation, pictures, text = inference.evaluate(
+            model, inference.dataset_samples(datasets.val), model_path,
+            COCO_IOUS if datasets.metric == "coco" else None)
+        engine.pictures.update(("evaluation/" + name.rsplit(".", 1)[0], png) for name, png in pictures.items())
+        engine.texts["evaluation/report"] = text
+        LOG.info("evaluation: the best model on %d validation image(s): mAP %.4f at IoU %.2f; "
+                 "pictures and tables in %s", evaluation.images, evaluation.mean_ap, evaluation.iou,
+                 model_path)
+    except Exception as exc:  # pylint: disable=broad-except
+        LOG.warning("evaluation: report not written (%s: %s)", type(exc).__name__, exc)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # --- 8. the loop ---------------------------------------------------------------------------------
@@ -309,6 +352,10 @@ def train(engine, config, world, base_lr):
     if engine.stopped:
         LOG.info("stopped: rank=%d steps=%d at epoch %d iteration %d", world.rank, done,
                  engine.epoch, engine.iteration)
+    elif engine.early_stop is not None:
+        LOG.info("finished early: rank=%d steps=%d epochs=%d..%d of %d (early stopping; the model is "
+                 "the best, from epoch %s)", world.rank, done, engine.start_epoch, engine.epoch,
+                 config.epochs, engine.early_stop.get("best_epoch"))
     else:
         LOG.info("finished: rank=%d steps=%d epochs=%d..%d", world.rank, done, engine.start_epoch,
                  engine.epoch - 1)

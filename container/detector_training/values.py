@@ -4,6 +4,7 @@ configuration, the launcher and the data readers; nothing here imports beyond th
 
 import json
 import math
+import re
 
 
 _TRUE = ("true", "1", "yes", "y", "on")
@@ -66,12 +67,49 @@ def parse_float(value):
     return result
 
 
+SCORE_THRESHOLD = "a score between 0 and 1"
+DETECTION_COUNT = "a whole number of detections, 1 or more"
+
+
+def parse_score_threshold(value):
+    """A detection score threshold: a number in [0, 1] (the one parser of serve's settings and
+    custom attributes, detector-predict's --threshold and the launcher's)."""
+    try:
+        result = parse_float(value)
+    except ValueError:
+        raise ValueError(SCORE_THRESHOLD) from None
+    if not 0.0 <= result <= 1.0:
+        raise ValueError(SCORE_THRESHOLD)
+    return result
+
+
+def parse_detection_count(value):
+    """The most detections answered per image: an integer >= 1."""
+    try:
+        result = parse_int(value)
+    except ValueError:
+        raise ValueError(DETECTION_COUNT) from None
+    if result < 1:
+        raise ValueError(DETECTION_COUNT)
+    return result
+
+
 def parse_str(value):
     if isinstance(value, str):
         return value.strip()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     raise ValueError("a string")
+
+
+def parse_regex(value):
+    """A regular expression (Python's ``re``), kept as its text; empty means none."""
+    text = parse_str(value)
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError("a regular expression (%s)" % exc) from None
+    return text
 
 
 def _split_list(value):

@@ -124,7 +124,17 @@ def test_what_cannot_work_is_refused_before_anything_is_sent(call, words):
 def test_custom_attributes_are_what_serve_reads():
     assert custom_attributes() == ""
     assert custom_attributes(threshold=0) == "threshold=0.0"
+    assert custom_attributes(threshold="0.3") == "threshold=0.3"
     assert custom_attributes(max_detections=7) == "max_detections=7"
+
+
+@pytest.mark.parametrize("attributes, words", [
+    ({"threshold": float("nan")}, "a score between 0 and 1"), ({"threshold": -0.1}, "a score between 0 and 1"),
+    ({"max_detections": 2.5}, "a whole number of detections"), ({"max_detections": "many"}, "a whole number"),
+])
+def test_the_launcher_refuses_what_serve_refuses_with_the_same_parsers(attributes, words):
+    with pytest.raises(LaunchError, match=words):
+        custom_attributes(**attributes)
 
 
 def test_the_command_line_deploys_and_transforms(monkeypatch, capsys):

@@ -63,7 +63,7 @@ def test_create_training_job_request_for_two_gpu_hosts_on_spot():
 
 @pytest.mark.parametrize("changes, words", [
     (dict(hyperparameters={"epochs": "ten"}), "epochs=ten"),
-    (dict(hyperparameters={"learning_rate": 0.1}), "did you mean"),
+    (dict(hyperparameters={"lrr": 0.1}), "did you mean 'lr'"),
     (dict(hyperparameters={"batch_size": 12}), "set batch_size to 8 or 16"),
     (dict(use_spot_instances=True), "checkpoint_s3_uri"),
     (dict(use_spot_instances=True, checkpoint_s3_uri="s3://b/c", max_wait=10), "max_wait"),
@@ -171,7 +171,7 @@ def test_hyperparameters_over_a_config_file_are_checked_one_by_one():
     launch(spec, {"coco": "s3://b/coco/"}, wait=False, session=session)
     assert captured["HyperParameters"]["config_file"] == "coco/experiment.yaml"
     for hyperparameters, words in (({"epochs": "ten"}, "epochs=ten: expected"),
-                                   ({"weight_decay": 0.1}, "did you mean 'wd'")):
+                                   ({"wieght_decay": 0.1}, "did you mean 'weight_decay'")):
         with pytest.raises(LaunchError, match=words):
             launch(JobSpec(image_uri=IMAGE, role=ROLE, instance_type="ml.g5.xlarge", output_path=OUT,
                            hyperparameters=hyperparameters), {"config": "s3://b/c/"}, wait=False,

@@ -14,9 +14,9 @@ from mxnet import autograd
 from detector_training.core.checkpoint import CheckpointManager, Position, load_latest, resume_trainer
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import SingleProcess, World
-from detector_training.core.engine import (CheckpointHook, Engine, EpochSetupHook, FinalModelHook, Hook,
-                                           LearningRateHook, MetricLogHook, MetricSums, StopHook,
-                                           ValidationHook)
+from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, Engine, EpochSetupHook,
+                                           FinalModelHook, Hook, LearningRateHook, MetricLogHook,
+                                           MetricSums, StopHook, ValidationHook, stop_early)
 from detector_training.errors import JobError
 
 STEPS = 4
@@ -62,8 +62,9 @@ def tiny_net():
 
 
 def make_engine(tmp_path, hooks=(), epochs=3, position=None, net=None, world=None, loader=None,
-                **step_kw):
-    config = from_hyperparameters({"epochs": str(epochs), "log_interval": "2", "dataset": "custom"})
+                hyperparameters=None, **step_kw):
+    config = from_hyperparameters(dict({"epochs": str(epochs), "log_interval": "2", "dataset": "custom"},
+                                       **(hyperparameters or {})))
     net = net or tiny_net()
     trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9})
     dist = SingleProcess()
@@ -173,6 +174,82 @@ def test_validation_keeps_the_best_and_saves_only_on_improvement(tmp_path):
     engine.run()
     assert saved == [0, 1] and engine.best_map == 0.5
     assert [h["mAP"] for h in engine.history] == [0.2, 0.5, 0.4]
+
+
+def history(*scores):
+    return [{"epoch": e, "mAP": m} for e, m in enumerate(scores)]
+
+
+@pytest.mark.parametrize("scores, min_epochs, patience, tolerance, best_epoch", [
+    ((0.5, 0.5, 0.5), 1, 2, 0.0, 0),  # equal is no improvement
+    ((0.5, 0.5), 1, 2, 0.0, None),  # one epoch since the best: patience not spent
+    ((0.5, 0.5, 0.5), 4, 2, 0.0, None),  # too few epochs ran
+    ((0.5, 0.52, 0.524), 1, 2, 0.05, 0),  # +4 % and +4.8 % of the best, 0.5: below 5 %
+    ((0.5, 0.52, 0.53), 1, 2, 0.05, None),  # +6 %: an improvement at epoch 2
+    ((0.5, 0.52, 0.524), 1, 2, 0.0, None),  # without a tolerance both count: the best is epoch 2
+    ((0.0, 0.01, 0.01), 1, 2, 0.5, None),  # from a best of 0 any gain counts
+    ((0.3, float("nan"), 0.2), 1, 2, 0.0, 0),  # a NaN score is no score
+])
+def test_stop_early_decides_from_the_scores_of_the_history(scores, min_epochs, patience, tolerance,
+                                                          best_epoch):
+    decision = stop_early(history(*scores), "mAP", len(scores) - 1, min_epochs, patience, tolerance)
+    if best_epoch is None:
+        assert decision is None
+    else:
+        assert decision["best_epoch"] == best_epoch and decision["epoch"] == len(scores) - 1
+        assert "mAP did not improve by more than %g (relative)" % tolerance in decision["reason"]
+
+
+def test_early_stopping_ends_the_run_completed_after_the_patience_with_a_last_checkpoint(tmp_path, caplog):
+    scores, written = iter([0.2, 0.5, 0.4, 0.45, 0.9, 0.9]), []
+    manager = CheckpointManager(str(tmp_path / "ckpt"), keep=10)
+    hooks = [MetricLogHook(),
+             ValidationHook(lambda: {"mAP": next(scores), "AP50": 0.0, "per_class": {}, "images": 1},
+                            lambda engine: None),
+             EarlyStoppingHook("mAP"),
+             CheckpointHook(manager, {}), FinalModelHook(lambda engine: written.append(engine.early_stop))]
+    engine = make_engine(tmp_path, hooks, epochs=6, hyperparameters={
+        "early_stopping": "True", "early_stopping_patience": "2", "early_stopping_min_epochs": "2",
+        "save_interval": "5"})
+    with caplog.at_level("INFO", logger="detector_training"):
+        engine.run()
+    assert engine.completed and engine.epoch == 3 and len(engine.history) == 4
+    assert written == [engine.early_stop] and engine.early_stop["best_epoch"] == 1
+    assert engine.early_stop["best"] == 0.5
+    assert "early stopping: after epoch 3: mAP did not improve by more than 0 (relative) in the 2 " \
+           "epochs after epoch 1 (best 0.5000)" in caplog.text
+    # epoch 3 is checkpointed as a last epoch (save_interval=5 would not have)
+    assert load_latest(manager, tiny_net(), mx.cpu()).position.epoch == 4
+
+
+def test_early_stopping_off_runs_every_epoch(tmp_path):
+    scores = iter([0.5] * 6)
+    hooks = [MetricLogHook(),
+             ValidationHook(lambda: {"mAP": next(scores), "AP50": 0.0, "per_class": {}, "images": 1},
+                            lambda engine: None), EarlyStoppingHook("mAP")]
+    engine = make_engine(tmp_path, hooks, epochs=6, hyperparameters={
+        "early_stopping_patience": "1", "early_stopping_min_epochs": "1"})
+    engine.run()
+    assert engine.completed and engine.early_stop is None and len(engine.history) == 6
+
+
+class OtherRankStops(SingleProcess):
+    """A world in which another rank votes to stop at the first vote."""
+
+    def allreduce_sum(self, values):
+        return [v + 1.0 for v in values] if len(values) == 1 else list(values)
+
+
+def test_every_rank_follows_a_stop_any_rank_decided(tmp_path):
+    scores = iter([0.1, 0.2, 0.3])
+    hooks = [MetricLogHook(),
+             ValidationHook(lambda: {"mAP": next(scores), "AP50": 0.0, "per_class": {}, "images": 1},
+                            lambda engine: None), EarlyStoppingHook("mAP")]
+    engine = make_engine(tmp_path, hooks, epochs=3, hyperparameters={
+        "early_stopping": "true", "early_stopping_min_epochs": "1"})
+    engine.dist = OtherRankStops()
+    engine.run()
+    assert engine.completed and engine.epoch == 0 and engine.early_stop["reason"] == "another rank stopped early"
 
 
 def test_stop_mid_epoch_checkpoints_and_resume_finishes_the_same_steps(tmp_path):

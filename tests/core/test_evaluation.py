@@ -57,3 +57,20 @@ def test_a_mask_in_its_box_becomes_rle_of_the_whole_image():
     ys, xs = np.nonzero(decoded)
     assert decoded.shape == (12, 20)
     assert abs(xs.min() - 4) <= 1 and abs(xs.max() - 13) <= 1 and abs(ys.min() - 2) <= 1 and abs(ys.max() - 9) <= 1
+
+
+def test_overlap_threshold_moves_the_voc_maps_iou_and_ap50_stays_at_half(tmp_path):
+    from detector_training.core.evaluation import score_boxes
+
+    class Data:
+        classes = ("a",)
+        metric = "voc07"
+
+    # one object, one detection overlapping it with IoU 0.6 (a 10x10 box shifted by 2.5)
+    gt = np.array([[[0.0, 0.0, 10.0, 10.0]]])
+    det = np.array([[[2.5, 0.0, 12.5, 10.0]]])
+    gathered = [[(0, det, np.array([[[0.0]]]), np.array([[[0.9]]]), gt, np.array([[[0.0]]]), None)]]
+    at_half = score_boxes(Data(), gathered, str(tmp_path))
+    at_07 = score_boxes(Data(), gathered, str(tmp_path), overlap_threshold=0.7)
+    assert at_half["mAP"] == pytest.approx(1.0) and at_half["AP50"] == pytest.approx(1.0)
+    assert at_07["mAP"] == pytest.approx(0.0) and at_07["AP50"] == pytest.approx(1.0)

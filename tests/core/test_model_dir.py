@@ -123,3 +123,39 @@ def test_the_shallowest_directory_wins_and_the_first_name_within_it(tmp_path):
     assert model_dir.shallowest_with(str(tmp_path), model_dir.START_PARAMS) == (
         str(tmp_path / "deep"), model_dir.BEST_PARAMS)
     assert model_dir.shallowest_with(str(tmp_path), ("other.json",)) is None
+
+
+class _LoadableNet(_Net):
+    def __init__(self):
+        self.loaded = None
+
+    def load_parameters(self, path, ctx=None):
+        self.loaded = path
+
+
+def test_after_early_stopping_the_best_model_is_loaded_and_the_reason_written(tmp_path):
+    directory = ModelDirectory(str(tmp_path / "model"))
+    net = _LoadableNet()
+    assert directory.load_best(net, None) is None and net.loaded is None  # no best yet
+    best = {"mAP": 0.5, "AP50": 0.5, "per_class": {"a": 0.5, "b": float("nan")}, "images": 2, "epoch": 1}
+    directory.save_best(_Net(), best)
+    assert directory.load_best(net, None) is best
+    assert net.loaded == str(tmp_path / "model" / "model-best.params")
+    # after a resume, from the file the run before wrote (NaN for a class without objects)
+    resumed = ModelDirectory(str(tmp_path / "model")).load_best(_LoadableNet(), None)
+    assert resumed["per_class"]["a"] == 0.5 and resumed["per_class"]["b"] != resumed["per_class"]["b"]
+    stopped = {"epoch": 4, "best_epoch": 1, "reason": "mAP did not improve"}
+    directory.write_final(family=_Family(), config=None, net=net, classes=("a",), effective_config={},
+                          fitted={}, history=[{"epoch": 0, "a_loss": 1.0, "lr": 0.1, "mAP": 0.5}],
+                          validation=best, stopped=stopped)
+    import json
+
+    with open(tmp_path / "model" / "stopped.json") as handle:
+        assert json.load(handle) == stopped
+
+
+def test_a_run_that_was_not_stopped_early_has_no_stopped_file(tmp_path):
+    directory = ModelDirectory(str(tmp_path / "model"))
+    directory.write_final(family=_Family(), config=None, net=_Net(), classes=("a",), effective_config={},
+                          fitted={}, history=[], validation=None)
+    assert not os.path.exists(tmp_path / "model" / "stopped.json")

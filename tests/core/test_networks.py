@@ -66,3 +66,15 @@ def test_from_scratch_trains_every_layer():
     net = build_network(config, ("a",), 1, False, None, mx.cpu())
     trainable = net.collect_train_params()
     assert any("conv0_weight" in name for name in trainable.keys())  # the stem is trained too
+
+
+@pytest.mark.parametrize("network, default", [("faster_rcnn_resnet18_v1b_voc", 0.3),
+                                              ("yolo3_mobilenet0.25_custom", 0.45)])
+def test_nms_threshold_is_set_on_the_network_its_other_nms_settings_kept(network, default):
+    plain = build_network(from_hyperparameters({"network": network, "dataset": "custom"}),
+                          ("a",), 1, False, None, mx.cpu())
+    config = from_hyperparameters({"network": network, "dataset": "custom", "nms_threshold": "0.6"})
+    net = build_network(config, ("a",), 1, False, None, mx.cpu())
+    assert plain.nms_thresh == pytest.approx(default) and net.nms_thresh == pytest.approx(0.6)
+    assert (net.nms_topk, net.post_nms) == (plain.nms_topk, plain.post_nms)
+    assert getattr(net, "force_nms", None) == getattr(plain, "force_nms", None)

@@ -66,3 +66,77 @@ def test_step_mode_ignores_lr_decay_epoch_only_in_poly_and_cosine():
     assert lr_at(c, 1.0, 2, 0, 10) == pytest.approx(1.0)  # no step decay in cosine mode
     with pytest.raises(ValueError):
         lr_at(c, 1.0, 0, 0)
+
+
+# --- the optimizer and frozen layers -------------------------------------------------------------
+
+def small_net():
+    import mxnet as mx
+
+    net = mx.gluon.nn.HybridSequential(prefix="small_")
+    with net.name_scope():
+        net.add(mx.gluon.nn.Dense(3, in_units=2, prefix="stem_"), mx.gluon.nn.Dense(1, in_units=3, prefix="head_"))
+    net.initialize(mx.init.Constant(0.5))
+    return net
+
+
+def one_step(config, net):
+    """One real update of ``net`` through make_trainer (a single process); the trainer."""
+    import mxnet as mx
+    from mxnet import autograd
+
+    from detector_training.core.distributed import SingleProcess
+    from detector_training.core.solver import make_trainer
+
+    trainer = make_trainer(config, net, SingleProcess(), 0.1)
+    with autograd.record():
+        loss = (net(mx.nd.array([[1.0, 2.0]])) - 10.0) ** 2
+    loss.backward()
+    trainer.step(1)
+    return trainer
+
+
+@pytest.mark.parametrize("name, mxnet_class", [("sgd", "SGD"), ("adam", "Adam"), ("rmsprop", "RMSProp"),
+                                               ("adadelta", "AdaDelta")])
+def test_each_optimizer_is_mxnets_of_that_name_and_updates_the_weights(name, mxnet_class):
+    config = from_hyperparameters({"optimizer": name, "dataset": "custom", "momentum": "0.8"})
+    net = small_net()
+    trainer = one_step(config, net)
+    assert type(trainer._optimizer).__name__ == mxnet_class
+    if name == "sgd":
+        assert trainer._optimizer.momentum == pytest.approx(0.8)
+    assert (net[1].weight.data().asnumpy() != 0.5).all()
+
+
+def test_sgd_is_the_default_and_only_sgd_takes_momentum():
+    from detector_training.core.solver import optimizer_params
+
+    assert from_hyperparameters({}).optimizer == "sgd"
+    sgd = optimizer_params(from_hyperparameters({"momentum": "0.7"}), 0.1)
+    adam = optimizer_params(from_hyperparameters({"optimizer": "adam", "momentum": "0.7"}), 0.1)
+    assert sgd["momentum"] == pytest.approx(0.7) and "momentum" not in adam
+    assert adam["learning_rate"] == pytest.approx(0.1) and adam["wd"] == pytest.approx(5e-4)
+
+
+def test_freeze_layer_pattern_leaves_the_layers_it_finds_untrained():
+    net = small_net()
+    one_step(from_hyperparameters({"freeze_layer_pattern": "^small_stem_"}), net)
+    assert (net[0].weight.data().asnumpy() == 0.5).all() and net[0].weight.grad_req == "null"
+    assert (net[1].weight.data().asnumpy() != 0.5).all()
+
+
+def test_a_freeze_layer_pattern_that_finds_nothing_names_the_networks_parameters():
+    from detector_training.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        one_step(from_hyperparameters({"freeze_layer_pattern": "^conv1_"}), small_net())
+    assert "freeze_layer_pattern=^conv1_ finds none of the network's 4 parameters (e.g. small_stem_weight" \
+        in str(err.value)
+
+
+def test_a_freeze_layer_pattern_must_be_a_regular_expression():
+    from detector_training.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        from_hyperparameters({"freeze_layer_pattern": "(conv1_"})
+    assert "freeze_layer_pattern=(conv1_: expected a regular expression (missing )" in str(err.value)

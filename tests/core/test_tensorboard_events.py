@@ -2,22 +2,24 @@
 with TensorBoard's own reader: the tags and steps of a run, the effective configuration as text,
 and a stopped and resumed run that continues the same curves without a step twice."""
 
+import io
 import json
 
 import mxnet as mx
 import pytest
+from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from detector_training.core.checkpoint import CheckpointManager, Position, load_latest
-from detector_training.core.engine import (CheckpointHook, EpochSetupHook, MetricLogHook, StopHook,
-                                           ValidationHook)
+from detector_training.core.engine import (CheckpointHook, EpochSetupHook, Hook, MetricLogHook,
+                                           StopHook, ValidationHook)
 from detector_training.core.tensorboard_events import TensorBoardHook
 from test_engine import STEPS, Batches, make_engine, tiny_net
 
 
 def read_events(log_dir):
     """Every scalar and text the folder's event files hold, as TensorBoard reads them."""
-    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
     events.Reload()
     return events
 
@@ -66,6 +68,30 @@ def test_only_the_main_rank_writes(tmp_path):
                          epochs=1, world=World(rank=1, size=2))
     engine.run()
     assert not (tmp_path / "tb").exists()
+
+
+class PublishAtTheEnd(Hook):
+    """What the final model's hook does with the evaluation report: publish a picture and a page."""
+
+    def after_train(self, engine):
+        buffer = io.BytesIO()
+        Image.new("RGB", (40, 30), (250, 10, 10)).save(buffer, format="PNG")
+        engine.pictures["evaluation/precision_recall"] = buffer.getvalue()
+        engine.texts["evaluation/report"] = "# Evaluation"
+
+
+def test_pictures_and_texts_published_at_the_end_are_written_at_the_last_step(tmp_path):
+    log_dir = tmp_path / "tensorboard"
+    engine = make_engine(tmp_path, [MetricLogHook(), PublishAtTheEnd(), TensorBoardHook(str(log_dir), {})],
+                         epochs=1)
+    engine.run()
+    events = read_events(log_dir)
+    (image,) = events.Images("evaluation/precision_recall")
+    assert image.step == STEPS and (image.width, image.height) == (40, 30)
+    with Image.open(io.BytesIO(image.encoded_image_string)) as decoded:
+        assert decoded.getpixel((5, 5)) == (250, 10, 10)
+    (text,) = events.Tensors("evaluation/report/text_summary")
+    assert text.step == STEPS and text.tensor_proto.string_val[0].decode() == "# Evaluation"
 
 
 def test_a_resumed_run_continues_the_same_curves(tmp_path):

@@ -63,3 +63,17 @@ def test_a_final_fit_trains_on_training_and_validation_images(voc_root, caplog):
 def test_coco_cannot_carve_a_validation_split():
     with pytest.raises(ConfigError, match="val_fraction=0.1: COCO's metric"):
         from_hyperparameters({"dataset": "coco", "val_fraction": "0.1"})
+
+
+def test_with_validation_takes_the_given_set_leaves_a_share_to_carve_or_carves_the_default():
+    from detector_training.data.common import SubsetDataset, with_validation
+
+    train = SubsetDataset(list(range(10)), range(10), ["%d.jpg" % i for i in range(10)])
+    ratios = [1.0 + i for i in range(10)]
+    given = with_validation(train, ratios, ("a",), "val", [2.0], 0.0, 0.5, 1)
+    assert (given.train, given.val, given.val_aspect_ratios) == (train, "val", [2.0])
+    later = with_validation(train, ratios, ("a",), None, None, 0.2, 0.5, 1)
+    assert later.val is None and later.train is train  # build_datasets carves val_fraction
+    carved = with_validation(train, ratios, ("a",), None, None, 0.0, 0.3, 1)
+    assert (len(carved.train), len(carved.val)) == (7, 3)
+    assert sorted(carved.aspect_ratios + carved.val_aspect_ratios) == ratios

@@ -102,3 +102,37 @@ def test_the_lock_file_and_the_data_directory_are_replaced_never_written_through
     with pytest.raises(DataError, match="where the data lock file belongs, is a directory"):
         with host_once.HostLock(str(lock)):
             pass
+
+
+def test_fill_once_replaces_an_earlier_copy_whole_and_marks_it(tmp_path):
+    root = str(tmp_path / "work" / "copy")
+    os.makedirs(os.path.join(root, "stale"))
+
+    def fill(staging):
+        open(os.path.join(staging, "data"), "w").write("new")
+        return {"lines": {"train": 1}}
+
+    assert host_once.fill_once(root, "k", "this", True, fill, 5) == root
+    assert sorted(os.listdir(root)) == [host_once.MARKER_NAME, "data"]  # the stale copy gone
+    marker = host_once.read_marker(root)
+    assert host_once.marker_state(marker, "k", "this") == "ok" and marker["lines"] == {"train": 1}
+    assert [n for n in os.listdir(tmp_path / "work") if "staging" in n] == []
+    # another rank of the host only waits for the marker
+    assert host_once.fill_once(root, "k", "this", False, lambda s: pytest.fail("filled"), 5) == root
+
+
+def test_fill_once_leaves_the_failure_marker_and_no_staging_folder(tmp_path):
+    root = str(tmp_path / "work" / "copy")
+
+    def fill(staging):
+        open(os.path.join(staging, "half"), "w").write("x")
+        raise DataError("the FIFO ended early.", "send it again.")
+
+    with pytest.raises(DataError, match="ended early"):
+        host_once.fill_once(root, "k", "this", True, fill, 5)
+    marker = host_once.read_marker(root)
+    assert host_once.marker_state(marker, "k", "this") == "failed"
+    assert marker["cause"] == "the FIFO ended early." and marker["fix"] == "send it again."
+    assert [n for n in os.listdir(tmp_path / "work") if "staging" in n] == []
+    with pytest.raises(DataError, match="ended early"):  # a waiting rank gets the reason
+        host_once.fill_once(root, "k", "this", False, fill, 5, poll_s=0.05)

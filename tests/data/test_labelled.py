@@ -1,7 +1,10 @@
 """The labelled-images form: class order, object counts and the drop tally."""
 
+import pytest
+
 from detector_training.data import labelled
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
+from detector_training.errors import DataError
 
 
 def _image(path, *labels):
@@ -74,3 +77,19 @@ def test_clean_without_classes_or_size_keeps_every_box_with_area():
     cleaned = labelled.clean(LabelledSet([image], classes=("cat",)))
     assert len(cleaned.images[0].boxes) == 1 and cleaned.classes == ("cat",)
     assert labelled.clean(cleaned).drops.counts() == cleaned.drops.counts()  # idempotent
+
+
+def test_class_ids_merged_from_every_place_conflicts_name_both():
+    found = [("a.json", {0: "dog"}), ("b.json", {2: "cat", 0: "dog"})]
+    assert labelled.merge_class_ids(found, "class_id", "class_ids", "one name", "one id") == {
+        0: "dog", 2: "cat"}
+    with pytest.raises(DataError, match=r"class_id 0 is 'dog' in a.json but 'puppy' in c.json") \
+            as caught:
+        labelled.merge_class_ids(found + [("c.json", {0: "puppy"})], "class_id", "class_ids",
+                                 "one name", "one id")
+    assert caught.value.fix == "one name"
+    with pytest.raises(DataError, match=r"class 'dog' has the ids 0 \(a.json\) and 3 \(c.json\)") \
+            as caught:
+        labelled.merge_class_ids(found + [("c.json", {3: "dog"})], "class id", "ids", "one name",
+                                 "one id")
+    assert caught.value.fix == "one id"

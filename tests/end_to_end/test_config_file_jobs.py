@@ -1,5 +1,5 @@
-"""Whole jobs from a config file (job/config_file.py): a file in the seed trainer's form, with
-COCO-format data at paths of its own, trains with two Horovod ranks under a hyperparameter that
+"""Whole jobs from a config file (job/config_file.py): a file in the seed trainer's form (every key
+its trainer reads), with COCO-format data at paths of its own, trains with two Horovod ranks under a hyperparameter that
 overrides it; the config.json a job writes, given back as the config file, reproduces the run."""
 
 import json
@@ -33,14 +33,51 @@ train:
   save_interval: 1
   gpus: [0, 1]
   kv_store: device
+  start_epoch: 0
+  save_prefix: faster_rcnn_resnet18_v1b_coco
+  mixup: false
+  no_mixup_epochs: 20
+  rpn_smoothl1_rho: 0.111
+  rcnn_smoothl1_rho: 1.0
+  disable_hybridization: false
+  static_alloc: false
+  amp: false
+  horovod: true
+  executor_threads: 1
 model:
   network: resnet18_v1b
   use_fpn: false
   norm_layer: null
   resume: null
-  pretrained_base: false
-  short: 128
-  max_size: 176
+  no_pretrained_base: true
+  image_short: 128
+  image_max_size: 176
+  nms_thresh: 0.3
+  rcnn_num_samples: 16
+  num_fpn_filters: 256
+  num_box_head_conv: 4
+  num_box_head_conv_filters: 256
+  num_box_head_dense_filters: 1024
+  nms_topk: -1
+  post_nms: -1
+  roi_mode: align
+  roi_size: [7, 7]
+  strides: [4, 8, 16, 32, 64]
+  clip: 4.14
+  rpn_channel: 256
+  anchor_base_size: 16
+  anchor_aspect_ratio: [0.5, 1, 2]
+  anchor_scales: [2, 4, 8, 16, 32]
+  anchor_alloc_size: [384, 384]
+  rpn_nms_thresh: 0.7
+  rpn_train_pre_nms: 12000
+  rpn_train_post_nms: 2000
+  rpn_test_pre_nms: 6000
+  rpn_test_post_nms: 1000
+  rpn_min_size: 1
+  rcnn_pos_iou_thresh: 0.5
+  rcnn_pos_ratio: 0.25
+  max_num_gt: 100
 seed: 5
 verbose: false
 """
@@ -87,9 +124,11 @@ def learned(history):
 def test_a_seed_style_yaml_trains_two_ranks_under_an_overriding_hyperparameter(job_dir):
     base = seed_style_job(job_dir, {"epochs": "1"}, n_train=5, n_test=3)
     out, validation = two_rank_job_finishes(base)
-    assert "config file: config/seed.yaml sets 24 hyperparameter(s); the job's hyperparameters " \
+    assert "config file: config/seed.yaml sets 34 hyperparameter(s); the job's hyperparameters " \
            "override epochs" in out
     assert "train.gpus=[0, 1] (ignored: the image runs one Horovod rank on every GPU it sees)" in out
+    assert "train.start_epoch=0 (noted:" in out and "train.save_prefix=faster_rcnn_resnet18_v1b_coco (ignored:" in out
+    assert "model.anchor_scales=[2, 4, 8, 16, 32] (ignored: it shapes the seed trainer's custom network" in out
     assert "train.kv_store=device (ignored:" in out and "model.norm_layer=None (ignored:" in out
     assert validation["images"] == 3 and set(validation["per_class"]) == {"circle", "square", "triangle"}
     effective = model_file(base, "config.json")

@@ -61,6 +61,8 @@ def one_step_and_validation(root, hyperparameters, scratch):
 def test_every_listed_network_trains_one_step_and_validates_from_scratch(voc_root, coco_root, network,
                                                                         tmp_path):
     hyperparameters = {"network": network, "short": "64", "max_size": "96"}
+    if "vgg16" in network:  # SSD's VGG layers take 257 pixels and more
+        hyperparameters.update(short="257", max_size="257")
     if families.get(network).name == "mask_rcnn":  # instance masks come in COCO format
         hyperparameters.update(dataset="coco", train_splits="instances_train2017")
     losses, result = one_step_and_validation(

@@ -25,6 +25,7 @@ from detector_training.job.config import from_hyperparameters
 FASTER = {"network": "faster_rcnn_resnet18_v1b_voc", "short": "128", "max_size": "176"}
 YOLO = {"network": "yolo3_mobilenet0.25_voc", "short": "64"}
 MASK = {"network": "mask_rcnn_fpn_resnet18_v1b_coco", "short": "96", "max_size": "144"}
+SSD = {"network": "ssd_512_mobilenet1.0_voc", "short": "64"}
 
 
 def config(fmt, network, **hps):
@@ -122,19 +123,22 @@ def negative_batch_losses(root, fmt, network, with_positive):
 # The losses that only positives make: zero for a batch of negatives.
 POSITIVE_ONLY = {"faster_rcnn": ("rpn_smoothl1_loss", "rcnn_smoothl1_loss"),
                  "yolo3": ("center_loss", "scale_loss", "cls_loss"),
-                 "mask_rcnn": ("rpn_smoothl1_loss", "rcnn_smoothl1_loss", "rcnn_mask_loss")}
+                 "mask_rcnn": ("rpn_smoothl1_loss", "rcnn_smoothl1_loss", "rcnn_mask_loss"),
+                 # GluonCV's multibox loss mines hard negatives in proportion to an image's positives
+                 "ssd": ("cross_entropy", "smooth_l1")}
 
 
-@pytest.mark.parametrize("fmt, network", [("manifest", FASTER), ("voc", YOLO), ("coco", MASK)],
-                         ids=["faster_rcnn-manifest", "yolo3-voc", "mask_rcnn-coco"])
+@pytest.mark.parametrize("fmt, network", [("manifest", FASTER), ("voc", YOLO), ("coco", MASK),
+                                          ("coco", SSD)],
+                         ids=["faster_rcnn-manifest", "yolo3-voc", "mask_rcnn-coco", "ssd-coco"])
 def test_a_negative_reaches_a_training_step_with_finite_losses(roots, fmt, network):
     family = families.get(network["network"])
     losses, batch = negative_batch_losses(roots[fmt], fmt, network, with_positive=False)
     assert set(losses) == set(family.loss_names) and all(np.isfinite(v) for v in losses.values()), losses
     for name in POSITIVE_ONLY[family.name]:
         assert losses[name] == 0.0, (name, losses)  # nothing to find: no positive anchor or RoI
-    if family.name == "yolo3":
-        assert batch[1].sum().asscalar() == 0  # objectness targets
+    if family.name in ("yolo3", "ssd"):
+        assert batch[1].sum().asscalar() == 0  # objectness targets; SSD: every anchor background
     mixed, _ = negative_batch_losses(roots[fmt], fmt, network, with_positive=True)
     assert all(np.isfinite(v) for v in mixed.values()) and any(
         mixed[name] > 0 for name in POSITIVE_ONLY[family.name]), mixed

@@ -68,10 +68,18 @@ def test_sagemaker_keys_are_set_aside():
 
 def test_unknown_key_names_the_closest_valid_key():
     with pytest.raises(ConfigError) as err:
-        build(learning_rate="0.1", epoch="3")
+        build(lrr="0.1", epoch="3")
     text = str(err.value)
     assert "unknown hyperparameter 'epoch'" in text and "did you mean 'epochs'" in text
-    assert "unknown hyperparameter 'learning_rate' (did you mean 'lr'?)" in text
+    assert "unknown hyperparameter 'lrr' (did you mean 'lr'?)" in text
+
+
+@pytest.mark.parametrize("key", ["start_epoch", "save_prefix", "horovod"])
+def test_a_far_name_gets_no_suggestion(key):
+    # 'start_epoch' is 0.61 like 'static_alloc' by difflib's ratio: not near enough to suggest.
+    with pytest.raises(ConfigError) as err:
+        build(**{key: "0"})
+    assert "unknown hyperparameter '%s'." % key in str(err.value)
 
 
 @pytest.mark.parametrize("key, value, expected", [

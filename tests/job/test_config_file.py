@@ -100,6 +100,127 @@ def test_the_seed_trainers_sections_build_the_typed_configuration(tmp_path, capl
            "override none of them" in log
 
 
+# Every key GluonCV's train_faster_rcnn.py reads (its flags, its custom-model options), in the
+# seed trainer's sections, at values other than the defaults where the image uses them.
+SEED_COMPLETE_YAML = """\
+dataset:
+  dataset: coco
+  train_data: {root: coco/pictures/train, annFile: coco/labels/train.json}
+  val_data: {root: coco/pictures/val, annFile: coco/labels/val.json}
+  batch_size_per_device: 2
+  num_workers: 1
+train:
+  gpus: [0, 1]
+  epochs: 6
+  start_epoch: 0
+  lr: 0.02
+  lr_decay: 0.5
+  lr_decay_epoch: [3, 5]
+  lr_warmup_iteration: 10
+  lr_warmup_factor: 0.25
+  momentum: 0.85
+  wd: 1.0e-4
+  log_interval: 5
+  save_prefix: faster_rcnn_resnet50_v1b_coco
+  save_interval: 3
+  val_interval: 2
+  mixup: true
+  no_mixup_epochs: 2
+  rpn_smoothl1_rho: 0.2
+  rcnn_smoothl1_rho: 0.9
+  disable_hybridization: true
+  static_alloc: true
+  amp: false
+  horovod: true
+  executor_threads: 2
+  kv_store: nccl
+model:
+  network: resnet50_v1b
+  use_fpn: true
+  norm_layer: null
+  resume: ''
+  no_pretrained_base: true
+  num_fpn_filters: 256
+  num_box_head_conv: 4
+  num_box_head_conv_filters: 256
+  num_box_head_dense_filters: 1024
+  image_short: [640, 800]
+  image_max_size: 1333
+  nms_thresh: 0.4
+  nms_topk: -1
+  post_nms: -1
+  roi_mode: align
+  roi_size: [7, 7]
+  strides: [4, 8, 16, 32, 64]
+  clip: 4.14
+  rpn_channel: 256
+  anchor_base_size: 16
+  anchor_aspect_ratio: [0.5, 1, 2]
+  anchor_scales: [2, 4, 8, 16, 32]
+  anchor_alloc_size: [384, 384]
+  rpn_nms_thresh: 0.7
+  rpn_train_pre_nms: 12000
+  rpn_train_post_nms: 2000
+  rpn_test_pre_nms: 6000
+  rpn_test_post_nms: 1000
+  rpn_min_size: 1
+  rcnn_num_samples: 256
+  rcnn_pos_iou_thresh: 0.5
+  rcnn_pos_ratio: 0.25
+  max_num_gt: 100
+seed: 11
+verbose: true
+"""
+
+
+def test_every_key_the_seed_trainer_reads_is_accepted_with_its_meaning_or_noted(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "detector_training")
+    env = job(tmp_path, {}, {"config/seed.yaml": SEED_COMPLETE_YAML})
+    config = load_config(env)
+    assert config.network == "faster_rcnn_fpn_resnet50_v1b_coco" and config.dataset == "coco"
+    assert (config.epochs, config.lr, config.lr_decay, config.lr_decay_epoch) == (6, 0.02, 0.5, (3, 5))
+    assert (config.lr_warmup, config.lr_warmup_factor, config.momentum, config.wd) == (10, 0.25, 0.85, 1e-4)
+    assert (config.log_interval, config.save_interval, config.val_interval) == (5, 3, 2)
+    assert (config.mixup, config.no_mixup_epochs) == (True, 2)
+    assert (config.rpn_smoothl1_rho, config.rcnn_smoothl1_rho) == (0.2, 0.9)
+    assert (config.disable_hybridization, config.static_alloc, config.amp, config.executor_threads) == \
+        (True, True, False, 2)
+    assert config.pretrained_base is False  # model.no_pretrained_base: true
+    assert (config.short, config.max_size, config.nms_threshold) == ((640, 800), 1333, 0.4)
+    assert (config.rcnn_num_samples, config.seed, config.verbose) == (256, 11, True)
+    assert (config.batch_size_per_device, config.num_workers) == (2, 1)
+    log = caplog.text
+    assert "train.start_epoch=0 (noted: a job starts at epoch 0, or resumes from its checkpoints at " \
+           "their epoch)" in log
+    assert "train.save_prefix=faster_rcnn_resnet50_v1b_coco (ignored: the model goes to /opt/ml/model" in log
+    assert "train.horovod=True (ignored: the image always runs its ranks under Horovod)" in log
+    for key in ("num_fpn_filters", "roi_mode", "strides", "anchor_scales", "rpn_train_pre_nms",
+                "rcnn_pos_iou_thresh", "max_num_gt", "nms_topk", "post_nms", "clip"):
+        assert "model.%s=" % key in log and "(ignored: it shapes the seed trainer's custom network" in log
+    noted = {line.split("=")[0].split()[-1] for line in log.splitlines() if "(ignored:" in line or "(noted:" in line}
+    assert len(noted) == 30  # gpus, kv_store, horovod, save_prefix, start_epoch, norm_layer, 24 custom
+    assert "sets 34 hyperparameter(s)" in log
+
+
+def test_a_start_epoch_other_than_0_is_refused_with_the_reason(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(job(tmp_path, {}, {"config/seed.yaml": "train:\n  start_epoch: 7\n"}))
+    assert "line 2: train.start_epoch: 7: a job starts at epoch 0, or resumes from its checkpoints at " \
+           "their epoch; a model to start from is the 'model' channel" in str(err.value)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("train:\n  start_epok: 0\n", "line 2: train.start_epok: unknown key (did you mean 'start_epoch'?)"),
+    ("train:\n  save_prefx: x\n", "line 2: train.save_prefx: unknown key (did you mean 'save_prefix'?)"),
+    ("train:\n  begin_epoch: 0\n", "line 2: train.begin_epoch: unknown key."),  # nothing is near
+    ("statc_alloc: true\n", "line 1: statc_alloc: unknown key (did you mean 'static_alloc'?)"),
+])
+def test_a_suggestion_is_made_only_for_a_near_name(tmp_path, text, expected):
+    with pytest.raises(ConfigError) as err:
+        load_config(job(tmp_path, {}, {"config/c.yaml": text}))
+    assert expected in str(err.value)
+
+
 def test_hyperparameters_override_the_file(tmp_path, caplog):
     caplog.set_level(logging.INFO, "detector_training")
     config = load_config(seed_job(tmp_path, {"lr": "0.005", "epochs": "\"2\"", "batch_size": "4",

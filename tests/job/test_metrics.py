@@ -17,7 +17,7 @@ def engine_lines(family, caplog):
     took 0.3 s of forward/backward and 0.05 s of update each."""
     sums = MetricSums()
     engine = SimpleNamespace(
-        config=SimpleNamespace(val_interval=1), world=SimpleNamespace(is_main=True, size=1),
+        config=SimpleNamespace(val_interval=1, epochs=5), world=SimpleNamespace(is_main=True, size=1),
         dist=SimpleNamespace(allreduce_sum=list), trainer=SimpleNamespace(learning_rate=0.001),
         sums=sums, log_names=family.log_names, loss_names=family.loss_names, steps=2,
         per_rank_batch=1, epoch=3, last_epoch=True, history=[], best_map=float("-inf"), scalars={},
@@ -45,16 +45,27 @@ def test_every_definition_of_a_family_reads_its_value_from_the_engines_log_lines
     expected = dict({"train:%s" % n: 0.1 * (i + 1) for i, n in enumerate(family.log_names)},
                     **{"validation:%s" % n: 0.1 * (i + 1) for i, n in enumerate(family.score_names)},
                     **{"train:lr": 0.001, "train:data_wait_pct": 0.0, "train:step_data_s": 0.0,
-                       "train:step_forward_backward_s": 0.3, "train:step_update_s": 0.05})
-    assert set(expected) | {"train:speed"} == set(definitions)
+                       "train:step_forward_backward_s": 0.3, "train:step_update_s": 0.05,
+                       "train:progress": 80.0})  # epoch 3 of 5 done: 4/5
+    assert set(expected) | {"train:speed", "train:throughput"} == set(definitions)
     for metric, value in expected.items():
         match = re.search(definitions[metric], text)
         assert match, (metric, text)
         assert float(match.group(1)) == pytest.approx(value, abs=1e-4), metric
     assert float(re.search(definitions["train:speed"], text).group(1)) > 0
+    assert re.search(definitions["train:throughput"], text).group(1) == \
+        re.search(definitions["train:speed"], text).group(1)
 
 
 def test_the_definitions_sent_with_a_job_cover_every_registered_family():
     names = {d["Name"] for d in METRIC_DEFINITIONS}
     for family in families.all_families():
         assert {d["Name"] for d in definitions_for(family.name)} <= names
+
+
+def test_the_built_in_algorithms_metric_names_are_defined_for_every_family():
+    # A tuning job written for the built-in Object Detection algorithm reads these names; its
+    # train:cross_entropy and train:smooth_l1 are the SSD family's losses.
+    for name in [f.name for f in families.all_families()]:
+        defined = {d["Name"] for d in definitions_for(name)}
+        assert {"validation:mAP", "train:throughput", "train:progress"} <= defined, name

@@ -13,10 +13,10 @@ import requests
 from PIL import Image
 
 from conftest import wait_for
-from detector_training import predict
+from detector_training import inference
 from served import CLASSES, EVERYTHING, Served, bad_requests, encoded, shapes  # noqa: F401 (fixture)
 
-FAMILIES = ("faster_rcnn", "yolo3", "mask_rcnn")
+FAMILIES = ("faster_rcnn", "yolo3", "ssd", "mask_rcnn")
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -35,11 +35,11 @@ def served(request, trained_models, tmp_path_factory):
 
 
 def expected_detections(model_dir, body, cache={}):
-    """What predict's own functions find in the image ``body`` at threshold 0 (the reference the
+    """What the inference module finds in the image ``body`` at threshold 0 (the reference the
     server must match), with the model loaded in this process."""
     if model_dir not in cache:
-        cache[model_dir] = predict.load_model(model_dir)
-    return predict.detect_image(cache[model_dir], predict.decode_image(io.BytesIO(body)), 0.0)
+        cache[model_dir] = inference.load_model(model_dir)
+    return inference.detect_image(cache[model_dir], inference.decode_image(io.BytesIO(body)), 0.0)
 
 
 def test_each_worker_loads_its_model_and_mxnet_stays_out_of_the_master(served):

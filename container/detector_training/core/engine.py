@@ -2,7 +2,7 @@
 
 The loop does forward/backward and the optimizer update; everything else is a hook, run in list
 order at each point: learning rate, epoch set-up (sampler epoch, mixup), metric logging,
-validation, checkpointing, model export. ``after_train`` runs in ``finally``. Hooks that write
+validation, early stopping, checkpointing, model export. ``after_train`` runs in ``finally``. Hooks that write
 files do so on the main rank only, and say so once (``main_only``); hooks that call collectives
 run on every rank at the same point, since every rank runs the same number of steps.
 """
@@ -105,13 +105,19 @@ class Engine:
         self.iteration = 0
         self.start_iteration = position.iteration  # > 0 only when resuming a stopped epoch
         self.stopped = False  # a stop was agreed by all ranks; the loop ends after this step
+        # Set by EarlyStoppingHook when all ranks agreed: this epoch is the last, and the run counts
+        # as completed. {'epoch', 'best_epoch', 'best', 'objective', 'reason', ...}.
+        self.early_stop = None
         self.sums = MetricSums()
         self.hooks = [h for h in hooks if world.is_main or not h.main_only]
         self.completed = False
         self.times = StepTimes()  # this epoch's steps: data wait, forward/backward, update
-        # Scalars a hook published at the current point (name -> value), for the writers after it
-        # (TensorBoard); emptied before each point.
+        # Scalars a hook published at the current point (name -> value), and pictures (tag -> PNG
+        # bytes) and texts (tag -> Markdown), for the writers after it (TensorBoard); emptied
+        # before each point.
         self.scalars = {}
+        self.pictures = {}
+        self.texts = {}
         self.best_map = position.best_map if position.best_map is not None else float("-inf")
         self.history = list(position.history)  # one dict per finished epoch: losses, metrics, mAP
         self.last_validation = None
@@ -129,7 +135,7 @@ class Engine:
         mx.nd.waitall()
 
     def _call(self, point):
-        self.scalars = {}
+        self.scalars, self.pictures, self.texts = {}, {}, {}
         for hook in self.hooks:
             getattr(hook, point)(self)
 
@@ -161,6 +167,8 @@ class Engine:
                     if self.stopped:
                         return
                 self._call("after_epoch")
+                if self.early_stop is not None:
+                    break
                 self.epoch += 1
             self.completed = True
         finally:
@@ -176,7 +184,9 @@ class Engine:
 
     @property
     def last_epoch(self):
-        return self.epoch == self.config.epochs - 1
+        """This epoch ends the run: the configured last, or the one early stopping ends it at (the
+        hooks after EarlyStoppingHook then checkpoint it as a last epoch)."""
+        return self.epoch == self.config.epochs - 1 or self.early_stop is not None
 
 
 @dataclass
@@ -256,7 +266,7 @@ class MetricLogHook(Hook):
     Lines (stable, matched by the launcher's metric definitions)::
 
         [Epoch 0][Batch 9/24] lr=0.001000 speed=3.2 samples/s rpn_conf_loss=0.1 ...
-        [Epoch 0] summary: time=12.3s speed=3.1 samples/s data_wait=2.0% step_data=0.0020s
+        [Epoch 0] summary: time=12.3s speed=3.1 samples/s data_wait=2.0% progress=5.0% step_data=0.0020s
             step_forward_backward=0.3100s step_update=0.0150s lr=0.001000 rpn_conf_loss=0.1 ...
     """
 
@@ -294,8 +304,10 @@ class MetricLogHook(Hook):
         engine.history.append(record)
         if engine.world.is_main:
             LOG.info("[Epoch %d] summary: time=%.1fs speed=%.3f samples/s data_wait=%.1f%% "
+                     "progress=%.1f%% "
                      "step_data=%.4fs step_forward_backward=%.4fs step_update=%.4fs lr=%.6f %s",
-                     engine.epoch, elapsed, speed, data_wait, step_times["step_data_s"],
+                     engine.epoch, elapsed, speed, data_wait,
+                     100.0 * (engine.epoch + 1) / engine.config.epochs, step_times["step_data_s"],
                      step_times["step_forward_backward_s"], step_times["step_update_s"],
                      engine.trainer.learning_rate, format_metrics(values, engine.log_names))
         engine.scalars.update(("epoch/" + name, value) for name, value in record.items()
@@ -347,6 +359,58 @@ class ValidationHook(Hook):
                 self.save_best_fn(engine)
                 LOG.info("validation: new best %s=%.4f at epoch %d", self.objective,
                          result[self.objective], engine.epoch)
+
+
+def stop_early(history, objective, epoch, min_epochs, patience, tolerance):
+    """The early-stopping decision after ``epoch`` from the validation scores in ``history`` (one
+    record per finished epoch; validated ones hold ``objective``): None to go on, else why it stops.
+
+    An improvement is a score whose relative gain over the best so far exceeds ``tolerance``
+    ((score - best) / best; while the best is 0, any gain). It stops once ``min_epochs`` epochs
+    have run and ``patience`` epochs have passed since the last improvement."""
+    scored = [(r["epoch"], r[objective]) for r in history
+              if r.get(objective) is not None and math.isfinite(r[objective])]
+    if not scored or epoch + 1 < min_epochs:
+        return None
+    best_epoch, best = scored[0]
+    for at, score in scored[1:]:
+        gain = (score - best) / best if best > 0 else (math.inf if score > best else 0.0)
+        if gain > tolerance:
+            best_epoch, best = at, score
+    if epoch - best_epoch < patience:
+        return None
+    return {"epoch": epoch, "best_epoch": best_epoch, "best": best, "objective": objective,
+            "min_epochs": min_epochs, "patience": patience, "tolerance": tolerance,
+            "reason": "%s did not improve by more than %g (relative) in the %d epochs after epoch %d "
+                      "(best %.4f)" % (objective, tolerance, epoch - best_epoch, best_epoch, best)}
+
+
+class EarlyStoppingHook(Hook):
+    """After a validation: end the run when the objective stopped improving (``stop_early``).
+
+    The scores are the ones every rank computed from the same gathered detections; the ranks
+    still agree with one allreduce, so all of them end after the same epoch. The run then counts
+    as completed (the final model is written: the best one, see main.write_final)."""
+
+    def __init__(self, objective="mAP"):
+        self.objective = objective
+
+    def after_epoch(self, engine):
+        config = engine.config
+        validated = engine.last_validation is not None and engine.last_validation.get("epoch") == engine.epoch
+        if not config.early_stopping or not validated or engine.epoch == config.epochs - 1:
+            return
+        decision = stop_early(engine.history, self.objective, engine.epoch,
+                              config.early_stopping_min_epochs, config.early_stopping_patience,
+                              config.early_stopping_tolerance)
+        if engine.dist.allreduce_sum([1.0 if decision else 0.0])[0] <= 0:
+            return
+        if decision is None:  # another rank decided to stop: this one follows (same scores, so rare)
+            decision = {"epoch": engine.epoch, "objective": self.objective,
+                        "reason": "another rank stopped early"}
+        engine.early_stop = decision
+        if engine.world.is_main:
+            LOG.info("early stopping: after epoch %d: %s", engine.epoch, decision["reason"])
 
 
 class CheckpointHook(Hook):

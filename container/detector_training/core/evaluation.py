@@ -16,9 +16,9 @@ import re
 import numpy as np
 
 
-def make_metric(datasets, save_prefix):
+def make_metric(datasets, save_prefix, iou_thresh=0.5):
     """A fresh metric of the kind the data's format names (``datasets.metric``): GluonCV's COCO
-    metric over the validation annotations, or VOC07 mAP at IoU 0.5."""
+    metric over the validation annotations, or VOC07 mAP at IoU ``iou_thresh``."""
     if datasets.metric == "coco":
         from gluoncv.utils.metrics.coco_detection import COCODetectionMetric
 
@@ -26,7 +26,7 @@ def make_metric(datasets, save_prefix):
                                    cleanup=True)
     from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 
-    return VOC07MApMetric(iou_thresh=0.5, class_names=list(datasets.classes))
+    return VOC07MApMetric(iou_thresh=iou_thresh, class_names=list(datasets.classes))
 
 
 def detect_boxes(net, loader, indices, ctx):
@@ -68,7 +68,8 @@ def combine(metric, per_rank_results, coco=False):
 
 
 def voc_result(names, values):
-    """VOC07MApMetric.get(): per-class APs then the mAP, at IoU 0.5 (so AP50 is the mAP)."""
+    """VOC07MApMetric.get(): per-class APs then the mAP, at its IoU threshold (0.5 unless
+    overlap_threshold says otherwise; then score_boxes replaces AP50)."""
     values = [float(v) for v in np.atleast_1d(values)]
     headline = ap_fraction(values[-1])
     return {"mAP": headline, "AP50": headline,
@@ -102,12 +103,17 @@ def ap_fraction(value):
     return 0.0 if math.isnan(value) or value < 0 else value
 
 
-def score_boxes(datasets, gathered, scratch_dir):
-    """Every rank's box detections scored with a fresh metric of the data format's kind."""
+def score_boxes(datasets, gathered, scratch_dir, overlap_threshold=0.5):
+    """Every rank's box detections scored with a fresh metric of the data format's kind (VOC07's
+    at IoU ``overlap_threshold``, AP50 at 0.5)."""
     import os
 
-    metric = make_metric(datasets, os.path.join(scratch_dir, "boxes"))
-    return combine(metric, gathered, coco=datasets.metric == "coco")
+    prefix = os.path.join(scratch_dir, "boxes")
+    result = combine(make_metric(datasets, prefix, overlap_threshold), gathered,
+                     coco=datasets.metric == "coco")
+    if datasets.metric != "coco" and overlap_threshold != 0.5:  # the mAP is not at 0.5: AP50 is
+        result["AP50"] = combine(make_metric(datasets, prefix), gathered)["mAP"]
+    return result
 
 
 # --- masks: shared by Mask R-CNN's validation and by predict -----------------------------------

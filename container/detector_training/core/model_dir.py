@@ -4,7 +4,8 @@ and limits, written here and read here.
 Written by the main rank, each file atomically:
 
 * while training: ``model-best.params`` and ``validation-best.json`` at each new best mAP;
-* after a completed run: ``model.params`` (final), ``classes.json``, ``config.json`` (effective
+* after a completed run: ``model.params`` (final; after early stopping the best, with
+  ``stopped.json`` saying why it stopped), ``classes.json``, ``config.json`` (effective
   configuration), ``history.json`` (per epoch), ``validation.json`` (last validation), the
   deployable ``model-symbol.json`` + ``model-0000.params`` (the family's export), and the report
   (``training_curves.png``, ``per_class_ap.md``/``.csv``).
@@ -15,6 +16,7 @@ under ``MODEL_LIMITS`` (``extract_model``). A model may come from a user, so wha
 capped and shape-checked, and every problem is a :class:`~detector_training.errors.ModelError`.
 """
 
+import json
 import logging
 import os
 import posixpath
@@ -33,6 +35,7 @@ CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
 VALIDATION_FILE = "validation.json"
 VALIDATION_BEST_FILE = "validation-best.json"
+STOPPED_FILE = "stopped.json"  # why early stopping ended the run (only then)
 EXPORT_PREFIX = "model"  # the family's export: model-symbol.json + model-0000.params
 SYMBOL_FILE = EXPORT_PREFIX + "-symbol.json"
 EXPORT_PARAMS = EXPORT_PREFIX + "-0000.params"
@@ -53,6 +56,7 @@ class ModelDirectory:
 
     def __init__(self, path):
         self.path = path
+        self.best_validation = None  # what save_best last wrote
 
     def _file(self, name):
         return os.path.join(self.path, name)
@@ -61,9 +65,22 @@ class ModelDirectory:
         os.makedirs(self.path, exist_ok=True)
         atomic_save(self._file(BEST_PARAMS), net.save_parameters)
         write_json(self._file(VALIDATION_BEST_FILE), validation)
+        self.best_validation = validation
+
+    def load_best(self, net, ctx):
+        """Put ``model-best.params`` into ``net``; the validation it scored (None when no best
+        was saved)."""
+        if not os.path.isfile(self._file(BEST_PARAMS)):
+            return None
+        net.load_parameters(self._file(BEST_PARAMS), ctx=ctx)
+        if self.best_validation is None:  # saved before a resume, by this job: its own file,
+            # which holds NaN for a class without objects (json's reading, not parse_json's)
+            with open(self._file(VALIDATION_BEST_FILE), encoding="utf-8") as handle:
+                self.best_validation = json.load(handle)
+        return self.best_validation
 
     def write_final(self, *, family, config, net, classes, effective_config, history, validation,
-                    fitted):
+                    fitted, stopped=None):
         os.makedirs(self.path, exist_ok=True)
         atomic_save(self._file(FINAL_PARAMS), net.save_parameters)
         write_json(self._file(CLASSES_FILE), list(classes))
@@ -71,6 +88,8 @@ class ModelDirectory:
         write_json(self._file(HISTORY_FILE), history)
         if validation is not None:
             write_json(self._file(VALIDATION_FILE), validation)
+        if stopped is not None:
+            write_json(self._file(STOPPED_FILE), stopped)
         family.export(config, classes, self._file(FINAL_PARAMS), self._file(EXPORT_PREFIX), fitted)
         from detector_training.core.report import write_report
 

@@ -77,9 +77,10 @@ def offline_first_weights(directory, allow_download=True):
 
 
 def build_zoo_network(name, classes, pretrained_base, pretrained_dirs, ctx, own_networks=None,
-                      builder=None, overrides=None, **kwargs):
+                      builder=None, overrides=None, nms_threshold=None, **kwargs):
     """GluonCV model-zoo network ``name`` (or one of ``own_networks``: name -> builder), backbone
-    weights offline first, classes reset to ``classes``, every parameter initialised on ``ctx``.
+    weights offline first, classes reset to ``classes``, every parameter initialised on ``ctx``,
+    its NMS threshold set when ``nms_threshold`` is given (``set_nms_threshold``).
     ``builder`` (module, function) and ``overrides``: see :func:`builder_overrides`."""
     from gluoncv.model_zoo import get_model
 
@@ -98,7 +99,16 @@ def build_zoo_network(name, classes, pretrained_base, pretrained_dirs, ctx, own_
     if tuple(net.classes) != tuple(classes):
         net.reset_class(list(classes))
     net.collect_params().reset_ctx(ctx)
+    if nms_threshold is not None:
+        set_nms_threshold(net, nms_threshold)
     return net
+
+
+def set_nms_threshold(net, threshold):
+    """GluonCV's ``set_nms`` with this IoU threshold, the network's other NMS settings kept (its
+    R-CNN, SSD and YOLOv3 networks all have it; it clears the cached graph)."""
+    extra = {"force_nms": net.force_nms} if hasattr(net, "force_nms") else {}
+    net.set_nms(nms_thresh=threshold, nms_topk=net.nms_topk, post_nms=net.post_nms, **extra)
 
 
 def zero_skipped_rois():
@@ -131,7 +141,9 @@ def builder_overrides(builder, overrides):
     """GluonCV's predefined networks hand every setting to one builder function as literals
     (``get_faster_rcnn(..., num_sample=512, ...)``), so a caller cannot change them through
     ``get_model``. While a network is built, the builder ``(module, function name)`` gets
-    ``overrides`` in place of those settings (nothing changes when there are none)."""
+    ``overrides`` in place of those settings: a dict of settings, or a function of the settings
+    the preset passed that returns the changed ones (for settings that depend on the preset's own,
+    such as SSD's anchor sizes); nothing changes when there are none."""
     if not builder or not overrides:
         yield
         return
@@ -141,7 +153,8 @@ def builder_overrides(builder, overrides):
     original = getattr(module, builder[1])
 
     def build(*args, **kwargs):
-        return original(*args, **dict(kwargs, **overrides))
+        changed = overrides(args, kwargs) if callable(overrides) else overrides
+        return original(*args, **dict(kwargs, **changed))
 
     setattr(module, builder[1], build)
     try:
@@ -182,19 +195,23 @@ def backbone_batchnorm(frozen):
 
 def initialize_new_parameters(net):
     """Initialise every parameter not loaded yet: a layer that names its own initialiser keeps it;
-    other weights get MSRA (He) init and other biases zeros.
+    other weights get MSRA (He) init, other biases zeros, and BatchNorm's scale and variance
+    ones, its shift and mean zeros.
 
     A parameter without an initialiser of its own receives the default as its *weight* initialiser
-    (MXNet skips the name-based dispatch then), so MSRA alone would meet the 1-D biases of GluonCV's
-    FPN layers (a SymbolBlock): "Xavier initializer cannot be applied to vector P2_conv_lat_bias".
+    (MXNet skips the name-based dispatch then), so MSRA alone would meet the 1-D parameters of
+    GluonCV's SymbolBlocks: the FPN layers' biases ("Xavier initializer cannot be applied to vector
+    P2_conv_lat_bias") and the BatchNorm of SSD's extra feature layers (``expand_trans_bn0_gamma``).
     """
     import mxnet as mx
 
     for name, param in net.collect_params().items():
         if param._data is not None:  # pylint: disable=protected-access  (backbone may be loaded)
             continue
-        if param.init is None and name.endswith("bias"):
+        if param.init is None and name.endswith(("bias", "beta", "running_mean", "moving_mean")):
             param.initialize(init=mx.init.Zero())
+        elif param.init is None and name.endswith(("gamma", "running_var", "moving_var")):
+            param.initialize(init=mx.init.One())
         else:
             param.initialize(default_init=mx.init.MSRAPrelu(slope=0.0))
 

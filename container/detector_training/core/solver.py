@@ -8,15 +8,21 @@ then, by ``lr_mode``:
 * ``poly``: ``lr * (1 - p) ** lr_poly_power``, ``p`` the share of the post-warm-up iterations done;
 * ``cosine``: ``lr * (1 + cos(pi * p)) / 2``.
 
+The optimizer is ``config.optimizer`` (MXNet's by name: sgd, adam, rmsprop, adadelta) under the
+same schedule, through the same distributed trainer for every family.
+
 Iterations are this rank's steps (every rank runs the same number; ``steps_per_epoch`` is the
 per-rank count), never images or global batches, so a job with more ranks does not run the
 schedule faster. The base ``lr`` is already scaled to the global batch (TrainConfig.effective_lr).
 """
 
+import logging
 import math
 
 from detector_training.errors import ConfigError
 from detector_training.core.networks import apply_no_wd, trainable_params
+
+LOG = logging.getLogger("detector_training")
 
 
 def lr_at(config, base_lr, epoch, global_step, steps_per_epoch=None):
@@ -42,10 +48,36 @@ def lr_at(config, base_lr, epoch, global_step, steps_per_epoch=None):
 
 
 def optimizer_params(config, base_lr):
-    params = {"learning_rate": base_lr, "wd": config.wd, "momentum": config.momentum}
+    """MXNet's arguments for ``config.optimizer``: the learning rate and weight decay for all,
+    momentum for SGD only (Adam, RMSProp and AdaDelta keep their own moment estimates at MXNet's
+    defaults)."""
+    params = {"learning_rate": base_lr, "wd": config.wd}
+    if config.optimizer == "sgd":
+        params["momentum"] = config.momentum
     if config.clip_gradient > 0:
         params["clip_gradient"] = config.clip_gradient
     return params
+
+
+def freeze_layers(net, pattern):
+    """Parameters whose name ``pattern`` finds (``re.search``) get no gradient, so no optimizer
+    touches them; returns their names. A pattern that finds none is a ConfigError naming a few
+    of the names it could have found."""
+    if not pattern:
+        return []
+    import re
+
+    params = net.collect_params()
+    frozen = [name for name in params.keys() if re.search(pattern, name)]
+    if not frozen:
+        names = list(params.keys())
+        raise ConfigError("freeze_layer_pattern=%s finds none of the network's %d parameters (e.g. %s)."
+                          % (pattern, len(names), ", ".join(names[:3])),
+                          "write a regular expression over these names (the network's first "
+                          "parameters' names are shown above).")
+    for name in frozen:
+        params[name].grad_req = "null"
+    return frozen
 
 
 def init_amp(config, on_gpu):
@@ -63,10 +95,16 @@ def init_amp(config, on_gpu):
 
 
 def make_trainer(config, net, dist, base_lr):
-    """SGD over the trainable parameters; Horovod's DistributedTrainer when there are ranks."""
+    """``config.optimizer`` over the trainable parameters (less those freeze_layer_pattern
+    finds); Horovod's DistributedTrainer when there are ranks."""
     if config.no_wd:
         apply_no_wd(net)
-    trainer = dist.make_trainer(trainable_params(net), "sgd",
+    frozen = set(freeze_layers(net, config.freeze_layer_pattern))
+    if frozen:
+        LOG.info("freeze_layer_pattern: %d parameters not trained (%s, ...)", len(frozen),
+                 sorted(frozen)[0])
+    params = {name: p for name, p in trainable_params(net).items() if name not in frozen}
+    trainer = dist.make_trainer(params, config.optimizer,
                                 optimizer_params(config, base_lr), config.kv_store)
     if config.amp:
         from mxnet.contrib import amp

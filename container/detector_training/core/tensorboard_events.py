@@ -5,13 +5,15 @@ not told whether it has one, so the main rank always writes there, with tensorbo
 TensorFlow). The hook writes what the hooks before it published at the same point
 (``engine.scalars``): the losses and metrics, lr, throughput and data-wait share every
 ``log_interval`` steps (``train/*``), each epoch's summary with its step-time split (``epoch/*``),
-the validation scores and per-class AP (``validation/*``, ``per_class_*``); and the effective
-configuration as text. Every value is written at the engine's global step, which a resumed job
+the validation scores and per-class AP (``validation/*``, ``per_class_*``); the effective
+configuration as text; and at the end the evaluation report's pictures and tables
+(``evaluation/*``, published by the final model's hook, which runs before this one). Every value is written at the engine's global step, which a resumed job
 takes from its checkpoint: a resumed run writes a new event file in the same folder that
 continues the curves, and TensorBoard's purge step hides whatever the earlier run wrote past the
 checkpoint (steps that are trained again), so no step appears twice.
 """
 
+import io
 import json
 
 from detector_training.core.engine import Hook
@@ -45,10 +47,14 @@ class TensorBoardHook(Hook):
         self.writer.flush()
 
     def _write(self, engine):
-        if not engine.scalars:
+        if not (engine.scalars or engine.pictures or engine.texts):
             return
         for tag, value in sorted(engine.scalars.items()):
             self.writer.add_scalar(tag, float(value), engine.global_step)
+        for tag, png in sorted(engine.pictures.items()):
+            self.writer.add_image(tag, _pixels(png), engine.global_step, dataformats="HWC")
+        for tag, text in sorted(engine.texts.items()):
+            self.writer.add_text(tag, text, engine.global_step)
         self.writer.flush()
 
     def after_step(self, engine):
@@ -59,4 +65,14 @@ class TensorBoardHook(Hook):
 
     def after_train(self, engine):
         if self.writer is not None:
+            self._write(engine)
             self.writer.close()
+
+
+def _pixels(png):
+    """A PNG's RGB pixels (HWC uint8), as add_image takes them."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as img:
+        return np.asarray(img.convert("RGB"))

@@ -117,6 +117,20 @@ def carve_validation(datasets, fraction, seed):
                     val_aspect_ratios=[ratios[p] for p in val_positions])
 
 
+def with_validation(train, ratios, classes, val, val_ratios, val_fraction, default_fraction,
+                    seed):
+    """The Datasets of a training set and its validation set: ``val`` when given; else none when
+    ``val_fraction`` > 0 (``build_datasets`` carves that share); else ``default_fraction`` of the
+    training images carved, for a format whose data may bring no validation set."""
+    if val is not None:
+        return Datasets(train=train, val=val, classes=classes, aspect_ratios=ratios,
+                        val_aspect_ratios=val_ratios)
+    datasets = Datasets(train=train, val=None, classes=classes, aspect_ratios=ratios)
+    if val_fraction > 0:
+        return datasets
+    return carve_validation(datasets, default_fraction, seed)
+
+
 def final_fit(datasets):
     """Train on the training and the validation images together (AutoGluon's final fit, once the
     hyperparameters are chosen). Validation still runs, on images the model has now seen."""

@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import stat
+import tempfile
 import time
 
 from detector_training import settings
@@ -169,3 +170,31 @@ def wait_for_host(root, key, launch, ready, timeout_s, poll_s=1.0):
             LOG.info("data: waiting for local rank 0 to prepare %s (%.0f s so far)", root, now - started)
             next_log = now + 60.0
         time.sleep(poll_s)
+
+
+def fill_once(root, key, launch, is_local_main, fill, wait_timeout_s, poll_s=1.0):
+    """``root`` (an absolute path) filled once per host. Local rank 0 (``is_local_main``) calls
+    ``fill(staging)`` under the host's lock, in a staging folder beside ``root`` that then
+    replaces it (an earlier launch's copy) whole, and writes the completion marker with the
+    fields ``fill`` returns; a failure leaves the failure marker. The host's other ranks wait
+    for the marker. Returns ``root``."""
+    if not is_local_main:
+        wait_for_host(root, key, launch, lambda marker: True, wait_timeout_s, poll_s)
+        return root
+    parent, name = os.path.split(root)
+    os.makedirs(parent, exist_ok=True)
+    staging = None
+    try:
+        with HostLock(os.path.join(parent, "." + name + ".lock")):
+            staging = tempfile.mkdtemp(prefix=".%s-staging-" % name, dir=parent)
+            fields = fill(staging)
+            shutil.rmtree(root, ignore_errors=True)  # an earlier launch's copy
+            os.rename(staging, root)
+            staging = None
+            write_marker(root, status="ok", key=key, launch=launch, **fields)
+    except BaseException as exc:
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
+        write_failure_marker(root, key, launch, exc)
+        raise
+    return root

@@ -12,7 +12,9 @@ Pure values: no MXNet, no image decoding.
 
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from detector_training.errors import DataError
 
 EXAMPLES_PER_REASON = 5  # how many places a Drops tally keeps per reason, for the report
 
@@ -40,6 +42,11 @@ class LabelledImage:
     boxes: list = field(default_factory=list)
     size: tuple = None
     where: str = ""
+
+    def key(self):
+        """What makes two entries the same image (a layout storing several images in one file
+        adds where in the file)."""
+        return os.path.normcase(os.path.normpath(self.path))
 
 
 class Drops:
@@ -105,6 +112,29 @@ class LabelledSet:
         return counts
 
 
+def merge_class_ids(found, id_word, ids_word, fix_two_names, fix_two_ids):
+    """One {class id: name} from [(where, {id: name})] (every annotation file's or line's own
+    map); an id with two names, or a name with two ids, is a DataError naming both places. The
+    words name the ids as the layout does ("class_id", "class_ids")."""
+    names, first = {}, {}
+    for where, mapping in found:
+        for class_id, name in mapping.items():
+            if class_id in names and names[class_id] != name:
+                raise DataError("%s %d is '%s' in %s but '%s' in %s." % (
+                    id_word, class_id, names[class_id], first[class_id], name, where),
+                    fix_two_names)
+            names.setdefault(class_id, name)
+            first.setdefault(class_id, where)
+    by_name = {}
+    for class_id in sorted(names):
+        other = by_name.setdefault(names[class_id], class_id)
+        if other != class_id:
+            raise DataError("class '%s' has the %s %d (%s) and %d (%s)." % (
+                names[class_id], ids_word, other, first[other], class_id, first[class_id]),
+                fix_two_ids)
+    return names
+
+
 # Reasons, as the data report and the log name them.
 REPEATED_IMAGE = "image referenced twice (kept once)"
 REPEATED_BOX = "box given twice in one image (kept once)"
@@ -137,7 +167,7 @@ def clean(labelled, classes=()):
     adjusted = Drops().merge(labelled.adjusted)
     seen, images = set(), []
     for image in labelled.images:
-        key = _path_key(image.path)
+        key = image.key()
         if key in seen:
             drops.add(REPEATED_IMAGE, image.where or image.path)
             continue
@@ -159,13 +189,9 @@ def clean(labelled, classes=()):
                     continue
                 box = Box(box.xmin, box.ymin, box.xmax, box.ymax, name, box.difficult, box.where)
             boxes.append(box)
-        images.append(LabelledImage(image.path, boxes, image.size, image.where))
+        images.append(replace(image, boxes=boxes))  # a layout's own fields (a record's offset) kept
     declared = tuple(asked.values()) if asked else tuple(labelled.classes)
     return LabelledSet(images, declared, drops, labelled.layout, adjusted)
-
-
-def _path_key(path):
-    return os.path.normcase(os.path.normpath(path))
 
 
 def _fit_box(box, size, drops, adjusted):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from detector_training.core.files import json_preview, parse_json
 from detector_training.data.coco_format import choose_classes
+from detector_training.data.labelled import merge_class_ids
 from detector_training.data.negatives import negative_label
 from detector_training.errors import DataError
 
@@ -227,24 +228,10 @@ def parse_entry(record, where, named=""):
 def merge_class_maps(entries):
     """One {id: name} from every line's class map; one id with two names is an error naming
     both lines, as is one name for two ids."""
-    names, first_seen = {}, {}
-    for entry in entries:
-        for class_id, name in entry.class_map.items():
-            if class_id in names and names[class_id] != name:
-                raise DataError("class id %d is '%s' in %s but '%s' in %s." % (
-                    class_id, names[class_id], first_seen[class_id], name, entry.where),
-                    "give each class id one name in every line's class-map (relabel or merge "
-                    "the manifests consistently).")
-            if class_id not in names:
-                names[class_id], first_seen[class_id] = name, entry.where
-    by_name = {}
-    for class_id in sorted(names):
-        other = by_name.setdefault(names[class_id], class_id)
-        if other != class_id:
-            raise DataError("class '%s' has the ids %d (%s) and %d (%s)." % (
-                names[class_id], other, first_seen[other], class_id, first_seen[class_id]),
-                "give each class one id in every line's class-map.")
-    return names
+    return merge_class_ids(((entry.where, entry.class_map) for entry in entries), "class id",
+                           "ids", "give each class id one name in every line's class-map "
+                           "(relabel or merge the manifests consistently).",
+                           "give each class one id in every line's class-map.")
 
 
 def class_list(entries, requested=()):

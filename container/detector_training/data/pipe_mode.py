@@ -21,10 +21,8 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import stat
 import struct
-import tempfile
 
 from detector_training.data import host_once, manifest
 from detector_training.errors import DataError
@@ -139,7 +137,7 @@ def drain_channel(fifo, channel, target, attribute):
     lines = 0
     with open(fifo, "rb") as stream, \
             open(os.path.join(target, channel, channel + ".manifest"), "w") as out:
-        counted = _CountingReader(stream)
+        counted = CountingReader(stream)
         for number, image, label, metadata in group_lines(read_records(counted, channel), channel):
             name = "record-%06d" % number
             with open(os.path.join(images, name), "wb") as handle:
@@ -152,7 +150,9 @@ def drain_channel(fifo, channel, target, attribute):
     return lines, counted.count
 
 
-class _CountingReader:
+class CountingReader:
+    """A binary stream that counts the bytes read from it (a FIFO cannot tell its position)."""
+
     def __init__(self, stream):
         self._stream, self.count = stream, 0
 
@@ -211,31 +211,17 @@ def manifest_root(config, env, world, wait_timeout_s, poll_s=1.0):
     root = os.path.join(os.path.abspath(env.work_dir), DATA_DIR_NAME)
     launch = host_once.launch_token(env.environ)
     key = drain_key(fifos, attribute)
-    if not world.is_local_main:
-        host_once.wait_for_host(root, key, launch, lambda marker: True, wait_timeout_s, poll_s)
-        return root
-    os.makedirs(env.work_dir, exist_ok=True)
-    staging = None
-    try:
-        with host_once.HostLock(os.path.join(os.path.abspath(env.work_dir),
-                                             "." + DATA_DIR_NAME + ".lock")):
-            staging = tempfile.mkdtemp(prefix=".%s-staging-" % DATA_DIR_NAME, dir=env.work_dir)
-            counts = {}
-            for channel, fifo in sorted(fifos.items()):
-                if not os.path.exists(fifo):
-                    raise DataError("channel '%s' is in Pipe mode but its FIFO %s does not exist."
-                                    % (channel, fifo), FIX_FRAMING)
-                counts[channel] = drain_channel(fifo, channel, staging, attribute)
-                LOG.info("data: channel '%s' (Pipe mode): %d lines, %.1f MB drained to %s",
-                         channel, counts[channel][0], counts[channel][1] / 1048576.0, root)
-            shutil.rmtree(root, ignore_errors=True)  # an earlier launch's copy
-            os.rename(staging, root)
-            staging = None
-            host_once.write_marker(root, status="ok", key=key, launch=launch,
-                                   lines={c: n for c, (n, _) in counts.items()})
-    except BaseException as exc:
-        if staging:
-            shutil.rmtree(staging, ignore_errors=True)
-        host_once.write_failure_marker(root, key, launch, exc)
-        raise
-    return root
+
+    def fill(staging):
+        counts = {}
+        for channel, fifo in sorted(fifos.items()):
+            if not os.path.exists(fifo):
+                raise DataError("channel '%s' is in Pipe mode but its FIFO %s does not exist."
+                                % (channel, fifo), FIX_FRAMING)
+            counts[channel] = drain_channel(fifo, channel, staging, attribute)
+            LOG.info("data: channel '%s' (Pipe mode): %d lines, %.1f MB drained to %s",
+                     channel, counts[channel][0], counts[channel][1] / 1048576.0, root)
+        return {"lines": {c: n for c, (n, _) in counts.items()}}
+
+    return host_once.fill_once(root, key, launch, world.is_local_main, fill, wait_timeout_s,
+                               poll_s)

@@ -11,6 +11,7 @@ gluoncv (the SageMaker-SDK side reads the names it declares).
 from detector_training.families.base import DetectorFamily
 from detector_training.families.faster_rcnn import FasterRCNN
 from detector_training.families.mask_rcnn import MaskRCNN
+from detector_training.families.ssd import SSD
 from detector_training.families.yolo3 import YOLOv3
 
 _REGISTERED = {}  # family name -> DetectorFamily subclass, in registration order
@@ -40,7 +41,7 @@ def unregister(name):
     _REGISTERED.pop(name, None)
 
 
-for _builtin in (FasterRCNN, MaskRCNN, YOLOv3):
+for _builtin in (FasterRCNN, MaskRCNN, YOLOv3, SSD):
     register(_builtin)
 
 

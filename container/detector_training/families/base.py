@@ -14,7 +14,8 @@ the metric definitions, the demo and the report):
   FAMILY_OPTIONS it takes; turning on another is a ConfigError);
 * ``loss_names`` and ``metric_names`` (what its step returns, by name; the log lines, history
   and SageMaker metric definitions use them), ``score_names`` and ``objective`` (validation),
-  ``report_columns`` (the AP columns of the report's table);
+  ``report_columns`` (the AP columns of the report's table), ``test_resize`` (how inference
+  resizes an image: as the family validates);
 * ``demo_defaults`` and ``demo_images`` (``make run``: hyperparameters over the default
   network's, and the generated dataset's size).
 
@@ -62,6 +63,10 @@ class DetectorFamily:
     score_names = ("mAP", "AP50")  # validation scores (fractions), in the order they are logged
     objective = "mAP"  # the validation score the best model is chosen by
     report_columns = BOX_AP_COLUMNS  # (column, per-class key, headline key)
+    # How inference resizes an image (inference.py), as the family's validation does: "short"
+    # (short side to the last training scale, longer side capped, aspect kept) or "square"
+    # (max_size x max_size).
+    test_resize = "short"
     demo_defaults = {}
     demo_images = dict(n_train=120, n_test=48, n_train_2012=60)
     # Mixup: ratios from numpy.random.<name>(*args), and the weight of the losses while mixing.

@@ -67,7 +67,8 @@ class FasterRCNN(DetectorFamily):
         overrides = {"num_sample": config.rcnn_num_samples} if config.rcnn_num_samples else None
         return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
                                  own_networks=OWN_NETWORKS, builder=self.zoo_builder,
-                                 overrides=overrides, per_device_batch_size=per_rank_batch)
+                                 overrides=overrides, nms_threshold=config.nms_threshold,
+                                 per_device_batch_size=per_rank_batch)
 
     def fit_to_data(self, net, config, datasets):
         train_post, test_post = fit_proposals_to_images(net, config, datasets)
@@ -127,7 +128,8 @@ class FasterRCNN(DetectorFamily):
         return list(zip(detections, recalled_per_image(net, val_ground_truth(loader), ctx)))
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        result = score_boxes(datasets, [[d for d, _ in rank] for rank in gathered], scratch_dir)
+        result = score_boxes(datasets, [[d for d, _ in rank] for rank in gathered], scratch_dir,
+                             config.overlap_threshold)
         result["rpn_recall"] = recall([counts for rank in gathered for _, counts in rank])
         return result
 

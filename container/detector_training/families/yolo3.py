@@ -56,6 +56,9 @@ class YOLOv3(DetectorFamily):
     # each box by its image's ratio, so the losses need no further weight.
     mixup_draw = ("beta", 1.5, 1.5)
     mixup_loss_weight = 1.0
+    # test_resize stays "short" (inference keeps the aspect) although validation squares the image
+    # (YOLOValTransform): "square" would make served and validated scores agree, but the suite's
+    # tiny served YOLO then answers nothing to compare (open, issue 29).
 
     def check_config(self, config):
         short = config.short or (DEFAULT_SIZE,)
@@ -84,7 +87,7 @@ class YOLOv3(DetectorFamily):
             own = {config.network: lambda **kwargs: get_model(
                 config.network, pretrained=False, classes=list(classes), **kwargs)}
         return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
-                                 own_networks=own)
+                                 own_networks=own, nms_threshold=config.nms_threshold)
 
     def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
         import mxnet as mx
@@ -128,7 +131,7 @@ class YOLOv3(DetectorFamily):
         return detect_original_boxes(net, loader, indices, ctx)
 
     def evaluate(self, config, datasets, gathered, scratch_dir):
-        return score_boxes(datasets, gathered, scratch_dir)
+        return score_boxes(datasets, gathered, scratch_dir, config.overlap_threshold)
 
     def export(self, config, classes, params_path, prefix, fitted):
         import mxnet as mx

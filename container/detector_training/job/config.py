@@ -9,6 +9,7 @@ both go through the same parsers. Nothing here imports mxnet or reads the enviro
 import dataclasses
 import difflib
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
@@ -16,11 +17,16 @@ from detector_training import families
 from detector_training.data import formats
 from detector_training.errors import ConfigError
 from detector_training.families.base import FAMILY_OPTIONS
+from detector_training.job import builtin_algorithm
 from detector_training.values import (check, choice, decode, optional, parse_bool,
                                       parse_checksums, parse_float, parse_int, parse_int_list,
-                                      parse_str, parse_str_list)
+                                      parse_regex, parse_str, parse_str_list)
+
+LOG = logging.getLogger("detector_training")
 
 KV_STORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
+# MXNet's optimizers by their registered names (the built-in algorithm's four).
+OPTIMIZERS = ("sgd", "adam", "rmsprop", "adadelta")
 
 # Hyperparameters the launcher owns (how many processes, MPI options), not training settings.
 LAUNCH_KEYS = ("processes_per_host", "custom_mpi_options")
@@ -187,6 +193,33 @@ class TrainConfig:
     pretrained_base: bool = hp(True, parse_bool,
                                "Start the backbone from ImageNet weights (the 'pretrained' channel, "
                                "else GluonCV's download); false trains it from scratch.")
+    # --- the optimizer, early stopping, and settings the built-in algorithm names alike --------
+    optimizer: str = hp("sgd", choice(OPTIMIZERS),
+                        "MXNet optimizer: sgd (with momentum), adam, rmsprop or adadelta (which "
+                        "sets its own step size: lr has no effect on it).")
+    early_stopping: bool = hp(False, parse_bool,
+                              "End the job when the validation objective (mAP) stopped improving: "
+                              "a success, with the best model as the model.")
+    early_stopping_min_epochs: int = hp(10, _pos_int,
+                                        "Early stopping: never before this many epochs ran.")
+    early_stopping_patience: int = hp(5, _pos_int,
+                                      "Early stopping: epochs without improvement before it stops.")
+    early_stopping_tolerance: float = hp(0.0, check(parse_float, lambda v: 0 <= v < 1, "a number in [0, 1)"),
+                                         "Early stopping: an improvement is a relative gain over "
+                                         "the best objective above this ((new - best) / best).")
+    num_classes: Optional[int] = hp(None, optional(_pos_int),
+                                    "The number of classes the data must have (checked when it is "
+                                    "read); empty: whatever it has.")
+    nms_threshold: Optional[float] = hp(None, optional(check(parse_float, lambda v: 0 < v <= 1, "a number in (0, 1]")),
+                                        "IoU above which non-maximum suppression drops the weaker "
+                                        "detection (validation and the exported model). Default: "
+                                        "the network's.")
+    overlap_threshold: float = hp(0.5, check(parse_float, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+                                  "voc/custom/manifest: the IoU at which a detection matches an "
+                                  "object in the validation mAP (VOC07: 0.5).")
+    freeze_layer_pattern: str = hp("", parse_regex,
+                                   "A regular expression: parameters whose name it finds are not "
+                                   "trained (e.g. ^resnetv1b_conv0_|^resnetv1b_layers1_).")
     seed: int = hp(233, _nonneg_int, "Random seed (each rank derives its own).")
     verbose: bool = hp(False, parse_bool, "Log the network and per-iteration details.")
 
@@ -252,19 +285,26 @@ class TrainConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
-# Names people commonly use for our keys (other trainers' flags).
-ALIASES = {"learning_rate": "lr", "learning-rate": "lr", "weight_decay": "wd", "num_epochs": "epochs",
+# Names people commonly use for our keys (other trainers' flags). The built-in algorithm's names
+# (learning_rate, weight_decay, ...) are accepted as they are (job/builtin_algorithm.py).
+ALIASES = {"learning-rate": "lr", "num_epochs": "epochs",
            "base_lr": "lr", "batch": "batch_size", "image_size": "short", "model": "network",
            "workers": "num_workers", "gpus_per_host": "processes_per_host"}
+
+
+# How near a name must be to be suggested (difflib's ratio): 'epoch' -> 'epochs' (0.91), 'lrr' ->
+# 'lr' (0.8), but not 'start_epoch' -> 'static_alloc' (0.61).
+NEAR = 0.7
 
 
 def closest_key(key):
     normalised = key.strip().lower().replace("-", "_")
     if normalised in ALIASES:
         return ALIASES[normalised]
-    if normalised in FIELDS or normalised in LAUNCH_KEYS:
+    valid = list(FIELDS) + list(LAUNCH_KEYS) + list(builtin_algorithm.NAMES)
+    if normalised in valid:
         return normalised
-    match = difflib.get_close_matches(normalised, list(FIELDS) + list(LAUNCH_KEYS), n=1, cutoff=0.5)
+    match = difflib.get_close_matches(normalised, valid, n=1, cutoff=NEAR)
     return match[0] if match else None
 
 
@@ -299,7 +339,10 @@ def parse_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     """Each hyperparameter parsed on its own ({name: typed value}); a ConfigError naming every
     unknown name and every value that does not parse. Rules across fields are ``validate``'s."""
     ours, _ = split_reserved(hyperparameters)
-    values, problems = {}, []
+    ours, notes, problems = builtin_algorithm.translate(ours)
+    for note in notes:
+        LOG.info("built-in algorithm's hyperparameters: %s", note)
+    values = {}
     for key, raw in sorted(ours.items()):
         if key in extra_keys:
             continue
@@ -365,6 +408,7 @@ def validate(config):
             takers = [f.name for f in families.all_families() if option in f.options]
             problems.append("%s=true applies to %s networks only, not to %s" % (
                 option, " and ".join(takers), config.network))
+    problems += _builtin_rules(config, data_format)
     decay = config.lr_decay_epoch
     if list(decay) != sorted(set(decay)):
         problems.append("lr_decay_epoch=%s must be strictly increasing" % ",".join(map(str, decay)))
@@ -378,3 +422,16 @@ def validate(config):
     if problems:
         raise ConfigError("invalid combination of hyperparameters: " + "; ".join(problems) + ".",
                           "change the values named above.")
+
+
+def _builtin_rules(config, data_format):
+    """Rules on the settings the built-in algorithm names alike."""
+    problems = []
+    if data_format.metric == "coco" and config.overlap_threshold != 0.5:
+        problems.append("overlap_threshold=%g: dataset=%s is scored by COCO's mAP, which averages IoU "
+                        "0.50:0.95 (its AP50 is at 0.5); the threshold applies to the VOC07 mAP of "
+                        "the other datasets" % (config.overlap_threshold, config.dataset))
+    if config.num_classes is not None and config.classes and len(config.classes) != config.num_classes:
+        problems.append("num_classes=%d but classes names %d (%s)" % (
+            config.num_classes, len(config.classes), ",".join(config.classes)))
+    return problems

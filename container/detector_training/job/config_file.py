@@ -8,13 +8,16 @@ from the merge, exactly as from hyperparameters alone.
 
 Two forms are accepted, also mixed:
 
-* the seed trainer's sections: ``dataset`` (``train_data``/``val_data`` each with ``annFile`` and
-  ``root``: COCO-format data at its own paths; ``batch_size_per_device``, ``num_workers``),
-  ``train`` (``lr``, ``wd``, ``momentum``, ``lr_decay``, ``lr_decay_epoch``,
-  ``lr_warmup_iteration``, ``lr_warmup_factor``, the smooth-L1 rhos, ``epochs`` and the intervals;
-  ``gpus`` and ``kv_store`` are noted and ignored: every GPU runs a Horovod rank), ``model``
-  (``network``, a model-zoo name or a backbone composed with ``use_fpn``; ``norm_layer``, noted
-  and ignored; ``resume``, empty), plus ``seed`` and ``verbose``;
+* the seed trainer's sections, every key its trainer reads: ``dataset`` (``train_data``/
+  ``val_data`` each with ``annFile`` and ``root``: COCO-format data at its own paths;
+  ``batch_size_per_device``, ``num_workers``), ``train`` (``lr``, ``wd``, ``momentum``,
+  ``lr_decay``, ``lr_decay_epoch``, ``lr_warmup_iteration``, ``lr_warmup_factor``, the smooth-L1
+  rhos, ``epochs``, the intervals, ``mixup``, ``no_mixup_epochs``, ``amp``, ``static_alloc``, ...;
+  ``start_epoch`` 0; ``gpus``, ``kv_store``, ``horovod`` and ``save_prefix`` are noted and
+  ignored), ``model`` (``network``, a model-zoo name or a backbone composed with ``use_fpn``;
+  ``image_short``, ``image_max_size``, ``nms_thresh``, ``rcnn_num_samples``,
+  ``no_pretrained_base``; ``norm_layer`` and the custom network's structure, noted and ignored;
+  ``resume``, empty), plus ``seed`` and ``verbose``;
 * this project's hyperparameter names, at the top or inside a section, so the ``config.json`` a
   job writes is a config file that reproduces the run (its derived values are recomputed).
 
@@ -53,18 +56,37 @@ SEED_KEYS = {
               "rcnn_smoothl1_rho": "rcnn_smoothl1_rho", "epochs": "epochs",
               "log_interval": "log_interval", "val_interval": "val_interval",
               "save_interval": "save_interval"},
-    "model": {},
+    "model": {"image_short": "short", "image_max_size": "max_size", "nms_thresh": "nms_threshold"},
     None: {"seed": "seed", "verbose": "verbose"},  # top level
 }
+# The seed trainer's keys that are this image's hyperparameters by the same name (mixup,
+# static_alloc, rcnn_num_samples, ...) need no entry: any hyperparameter name is accepted in any
+# section.
 SPLIT_SECTIONS = {"train_data": "train", "val_data": "val"}  # dataset.<section> -> split kind
 SPLIT_KEYS = {"annFile": "%s_annotation_file", "root": "%s_image_dir"}
-MODEL_KEYS = ("network", "use_fpn", "norm_layer", "resume")
+MODEL_KEYS = ("network", "use_fpn", "norm_layer", "resume", "no_pretrained_base")
+# The seed trainer's custom-model options shape a network of its own; the image trains GluonCV's
+# model-zoo network that model.network names, as published.
+CUSTOM_NETWORK_KEYS = ("num_fpn_filters", "num_box_head_conv", "num_box_head_conv_filters",
+                       "num_box_head_dense_filters", "nms_topk", "post_nms", "roi_mode", "roi_size",
+                       "strides", "clip", "rpn_channel", "anchor_base_size", "anchor_aspect_ratio",
+                       "anchor_scales", "anchor_alloc_size", "rpn_nms_thresh", "rpn_train_pre_nms",
+                       "rpn_train_post_nms", "rpn_test_pre_nms", "rpn_test_post_nms", "rpn_min_size",
+                       "rcnn_pos_iou_thresh", "rcnn_pos_ratio", "max_num_gt")
 IGNORED = {
     ("train", "gpus"): "the image runs one Horovod rank on every GPU it sees",
     ("train", "kv_store"): "the ranks average gradients with Horovod's allreduce",
+    ("train", "horovod"): "the image always runs its ranks under Horovod",
+    ("train", "save_prefix"): "the model goes to /opt/ml/model and checkpoints to "
+                              "/opt/ml/checkpoints under fixed names, which SageMaker uploads",
     ("model", "norm_layer"): "the networks keep BatchNorm frozen over pretrained weights and let it "
                              "learn when trained from scratch (pretrained_base=false)",
 }
+IGNORED.update({("model", key): "it shapes the seed trainer's custom network; the image trains "
+                                "the model-zoo network model.network names, as published, and "
+                                "fits its proposal counts to the data's image sizes"
+                for key in CUSTOM_NETWORK_KEYS})
+START_EPOCH_NOTE = "a job starts at epoch 0, or resumes from its checkpoints at their epoch"
 # What the job adds to its config.json beside the hyperparameters (world size, global batch,
 # effective lr, ...): recomputed for the world a replay runs in.
 DERIVED_KEYS = tuple(sorted(set(config_mod.TrainConfig().resolved(1)) - set(config_mod.FIELDS)))
@@ -219,6 +241,8 @@ class _Translation:
             line, dotted = mapping.lines[key], "%s.%s" % (section, key)
             if (section, key) in IGNORED:
                 self.notes.append("%s=%s (ignored: %s)" % (dotted, _shown(value), IGNORED[section, key]))
+            elif (section, key) == ("train", "start_epoch"):
+                self.start_epoch(value, line, dotted)
             elif section == "dataset" and key in SPLIT_SECTIONS:
                 self.split(SPLIT_SECTIONS[key], value, line, dotted)
             elif section == "model" and key in MODEL_KEYS:
@@ -229,6 +253,16 @@ class _Translation:
                 self.flat(key, value, line, dotted, _valid_names(section))
         if section == "model":
             self.model(model)
+
+    def start_epoch(self, value, line, dotted):
+        """The seed's epoch to resume a ``model.resume`` file from: 0 is a fresh start, which is
+        what a job without checkpoints does; any other epoch goes with a resume, refused below."""
+        if value in (0, "0", None, ""):
+            self.notes.append("%s=%s (noted: %s)" % (dotted, _shown(value), START_EPOCH_NOTE))
+        else:
+            self.problem(line, dotted, "%s: %s; a model to start from is the 'model' channel and "
+                                       "starts at epoch 0; set 0 or leave it out"
+                         % (_shown(value), START_EPOCH_NOTE))
 
     def split(self, kind, mapping, line, dotted):
         if not isinstance(mapping, _Mapping):
@@ -258,6 +292,12 @@ class _Translation:
         return os.path.relpath(real, os.path.realpath(self.channels_dir))
 
     def model(self, keys):
+        if "no_pretrained_base" in keys:
+            value, line = keys["no_pretrained_base"]
+            if not isinstance(value, bool):
+                self.problem(line, "model.no_pretrained_base", "%s: expected true or false" % _shown(value))
+            else:
+                self.set("pretrained_base", not value, line, "model.no_pretrained_base")
         value, line = keys.get("resume", (None, 0))
         if value not in (None, "", False):
             self.problem(line, "model.resume", "%s: a job resumes from its checkpoints by itself; "
@@ -312,11 +352,13 @@ def _valid_names(section):
         seed |= set(SPLIT_SECTIONS)
     elif section == "model":
         seed |= set(MODEL_KEYS)
+    elif section == "train":
+        seed |= {"start_epoch"}
     return sorted(seed | {key for sec, key in IGNORED if sec == section})
 
 
 def _nearest(key, valid):
-    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=config_mod.NEAR)
     return match[0] if match else None
 
 

@@ -5,7 +5,10 @@ Estimator. The regexes match with or without mpirun's ``[1,0]<stdout>:`` prefix 
 not anchored. Training metrics come from the per-epoch summary line (one point per epoch, global
 over all ranks); ``validation:mAP`` is the tuning objective: VOC07 mAP at IoU 0.5 for voc and
 custom, COCO's AP at IoU 0.50:0.95 for coco, always a fraction. ``validation:AP50`` is the AP at
-IoU 0.5 (for VOC the same number as the mAP). Mask R-CNN jobs add ``validation:mask_mAP`` and
+IoU 0.5 (for VOC the same number as the mAP unless ``overlap_threshold`` moved the mAP's).
+``train:throughput`` and ``train:progress`` are the built-in Object Detection algorithm's names
+(its ``train:cross_entropy`` and ``train:smooth_l1`` are the SSD family's losses, and its
+``validation:mAP`` is this image's objective). Mask R-CNN jobs add ``validation:mask_mAP`` and
 ``validation:mask_AP50`` (COCO's mask AP); their ``validation:mAP`` is the box AP. Both R-CNN
 families add ``validation:rpn_recall`` (core/proposal_recall.py). The names come from the family
 registry (each family's ``log_names`` and ``score_names``), which imports without mxnet, so the
@@ -18,7 +21,8 @@ from detector_training import families
 _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
 # This rank's step time split (seconds per step): waiting for data, forward/backward, the update.
 STEP_TIMES = ("step_data", "step_forward_backward", "step_update")
-_COMMON = ("train:speed", "train:data_wait_pct", "train:lr") + tuple("train:%s_s" % n for n in STEP_TIMES)
+_COMMON = ("train:speed", "train:throughput", "train:progress", "train:data_wait_pct", "train:lr") \
+    + tuple("train:%s_s" % n for n in STEP_TIMES)
 
 
 def metric_definitions():
@@ -31,6 +35,10 @@ def metric_definitions():
          for name in train]
         + [
             {"Name": "train:speed", "Regex": r"\] summary: time=\S+ speed=%s samples/s" % _NUMBER},
+            # The built-in Object Detection algorithm's names for what it logs (records/s; the
+            # share of the epochs done), so a tuning job written for it finds them here too.
+            {"Name": "train:throughput", "Regex": r"\] summary: time=\S+ speed=%s samples/s" % _NUMBER},
+            {"Name": "train:progress", "Regex": r"\] summary: .* progress=%s%%" % _NUMBER},
             {"Name": "train:data_wait_pct", "Regex": r"\] summary: .* data_wait=%s%%" % _NUMBER},
             {"Name": "train:lr", "Regex": r"\] summary: .* lr=%s" % _NUMBER},
         ]

@@ -13,7 +13,7 @@ import time
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from detector_training import predict
+from detector_training import inference
 from detector_training.serve import formats
 
 LOG = logging.getLogger("detector_training.serve")
@@ -22,18 +22,18 @@ LOG = logging.getLogger("detector_training.serve")
 def load_worker_model(env):
     """The model of ``env.model_dir`` on this worker's device (GPU 0 of what the worker sees on a
     GPU host: server.py pins each worker to one), after one warm-up forward pass, so that the
-    first request does not pay for MXNet's first-call set-up. PredictError when it cannot be."""
+    first request does not pay for MXNet's first-call set-up. InferenceError when it cannot be."""
     import mxnet as mx
     import numpy as np
 
     started = time.time()
-    model = predict.load_model(env.model_dir, mx.gpu(0) if env.gpus else mx.cpu())
+    model = inference.load_model(env.model_dir, mx.gpu(0) if env.gpus else mx.cpu())
     grey = np.full((model.short, model.short * 4 // 3, 3), 127, dtype=np.uint8)
     try:
-        predict.detect_image(model, grey, threshold=1.0)
+        inference.detect_image(model, grey, threshold=1.0)
     except Exception as exc:  # MXNetError and friends: an export that loads but cannot run
-        raise predict.PredictError("invalid model %s: its warm-up forward pass failed (%s)"
-                                   % (env.model_dir, predict.one_line(exc))) from exc
+        raise inference.InferenceError("invalid model %s: its warm-up forward pass failed (%s)"
+                                       % (env.model_dir, inference.one_line(exc))) from exc
     LOG.info("serve: model %s loaded and warmed up in %.1f s (classes %s, short %d, max_size %d)",
              env.model_dir, time.time() - started, ", ".join(model.classes), model.short,
              model.max_size)
@@ -70,10 +70,10 @@ def create_app(model, env):
         if not body:
             raise formats.RequestError(400, "empty body: send the image's bytes")
         try:
-            rgb = predict.decode_image(io.BytesIO(body))
-        except predict.BadImage as exc:
+            rgb = inference.decode_image(io.BytesIO(body))
+        except inference.BadImage as exc:
             raise formats.RequestError(400, str(exc)) from None
-        detections = predict.detect_image(model, rgb, threshold, max_detections)
+        detections = inference.detect_image(model, rgb, threshold, max_detections)
         height, width = rgb.shape[:2]
         return Response(formats.render(detections, model.classes, width, height, media_type, verbose),
                         mimetype=media_type)

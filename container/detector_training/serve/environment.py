@@ -18,14 +18,15 @@ from dataclasses import dataclass
 
 from detector_training import settings
 from detector_training.errors import ConfigError
-from detector_training.values import parse_float, parse_int
+from detector_training.inference import DEFAULT_MAX_DETECTIONS, DEFAULT_THRESHOLD
+from detector_training.values import parse_detection_count, parse_int, parse_score_threshold
 
 MODEL_DIR = "/opt/ml/model"
 PORT = 8080
 TIMEOUT = 60
 PAYLOAD_MB = 6  # SageMaker's request limit for endpoints
-THRESHOLD = 0.5
-MAX_DETECTIONS = 100
+THRESHOLD = DEFAULT_THRESHOLD
+MAX_DETECTIONS = DEFAULT_MAX_DETECTIONS
 BATCH_STRATEGY = "SingleRecord"  # one image per request: images cannot be concatenated
 
 
@@ -73,8 +74,9 @@ def read_environment(environ, cpu_count, gpu_count):
         timeout=_integer(environ, "SAGEMAKER_MODEL_SERVER_TIMEOUT", TIMEOUT, 1),
         max_payload_mb=_integer(environ, "SAGEMAKER_MAX_PAYLOAD_IN_MB", PAYLOAD_MB, 1, 100),
         batch=environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true",
-        threshold=_fraction(environ, settings.name("SCORE_THRESHOLD"), THRESHOLD),
-        max_detections=_integer(environ, settings.name("MAX_DETECTIONS"), MAX_DETECTIONS, 1),
+        threshold=_setting(environ, settings.name("SCORE_THRESHOLD"), THRESHOLD, parse_score_threshold),
+        max_detections=_setting(environ, settings.name("MAX_DETECTIONS"), MAX_DETECTIONS,
+                                parse_detection_count),
     )
 
 
@@ -93,15 +95,13 @@ def _integer(environ, name, default, low, high=None):
     return value
 
 
-def _fraction(environ, name, default):
+def _setting(environ, name, default, parser):
+    """A value read by ``parser`` (values.parse_score_threshold, parse_detection_count)."""
     raw = environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = parse_float(raw)
-    except ValueError:
-        value = None
-    if value is None or not 0.0 <= value <= 1.0:
-        raise ConfigError("%s=%r is not a number in [0, 1]." % (name, raw),
-                          "set %s to a score between 0 and 1, or leave it unset." % name)
-    return value
+        return parser(raw)
+    except ValueError as exc:
+        raise ConfigError("%s=%r is not %s." % (name, raw, exc),
+                          "set %s to %s, or leave it unset." % (name, exc)) from None

@@ -1,6 +1,6 @@
 """What ``POST /invocations`` accepts and answers (pure functions of headers and detections).
 
-Request body: one image (JPEG, PNG, BMP, TIFF or WebP; see ``predict.decode_image``), sent as
+Request body: one image (JPEG, PNG, BMP, TIFF or WebP; see ``inference.decode_image``), sent as
 ``image/jpeg``, ``image/png``, ``application/x-image`` or ``application/octet-stream`` (what the
 SageMaker SDK's default predictor sends).
 
@@ -23,6 +23,8 @@ import email.message
 import json
 
 from werkzeug.http import parse_dict_header, parse_list_header
+
+from detector_training.values import parse_detection_count, parse_score_threshold
 
 IMAGE_TYPES = ("image/jpeg", "image/png", "application/x-image", "application/octet-stream")
 JSON, JSON_LINES = "application/json", "application/jsonlines"
@@ -97,23 +99,17 @@ def custom_attributes(header, threshold, max_detections):
         if key not in allowed or value is None:
             raise RequestError(400, "malformed custom attributes %r: expected key=value pairs of %s, "
                                "e.g. 'threshold=0.3, max_detections=20'" % (header, ", ".join(allowed)))
+        parser = parse_score_threshold if key == "threshold" else parse_detection_count
+        try:
+            number = parser(value)
+        except ValueError as exc:
+            raise RequestError(400, "malformed custom attributes %r: %s must be %s"
+                               % (header, key, exc)) from None
         if key == "threshold":
-            threshold = _number(header, key, value, float, 0.0, 1.0)
+            threshold = number
         else:
-            max_detections = _number(header, key, value, int, 1, None)
+            max_detections = number
     return threshold, max_detections
-
-
-def _number(header, key, value, kind, low, high):
-    try:
-        number = kind(value.strip())
-    except ValueError:
-        number = None
-    if number is None or number != number or number < low or (high is not None and number > high):
-        allowed = "[%g, %g]" % (low, high) if high is not None else ">= %d" % low
-        raise RequestError(400, "malformed custom attributes %r: %s must be a number %s"
-                           % (header, key, allowed))
-    return number
 
 
 def builtin_prediction(detections, classes, width, height):

@@ -23,7 +23,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 
-from detector_training import predict
+from detector_training import inference
 from detector_training.errors import ConfigError
 from detector_training.families import family_of
 from detector_training.job.stop import begin_exit
@@ -46,14 +46,14 @@ def visible_gpus(environ):
 
 def check_model(model_dir):
     """Refuse, before any worker starts, a model directory that lacks a file, has unreadable
-    JSON, or was trained for a network this image does not serve. PredictError says which."""
-    export, _short, _max_size = predict.read_model_directory(model_dir)
+    JSON, or was trained for a network this image does not serve. InferenceError says which."""
+    export, _short, _max_size = inference.read_model_directory(model_dir)
     network = export.config.get("network")
     try:
         family_of(network)
     except (KeyError, TypeError):
-        raise predict.PredictError("invalid model %s: config.json names network %r, which this image "
-                                   "does not serve" % (model_dir, network)) from None
+        raise inference.InferenceError("invalid model %s: config.json names network %r, which this "
+                                       "image does not serve" % (model_dir, network)) from None
 
 
 def worker_environment(index, env, gpus):
@@ -106,7 +106,7 @@ class Server(BaseApplication):
 
         try:
             model = load_worker_model(self.env)
-        except predict.PredictError as exc:
+        except inference.InferenceError as exc:
             LOG.error("serve: error: %s", exc)
             sys.exit(Arbiter.WORKER_BOOT_ERROR)  # gunicorn then stops the server
         return create_app(model, self.env)
@@ -140,7 +140,7 @@ def main():
     try:
         env = read_environment(environ, len(os.sched_getaffinity(0)), len(gpus))
         check_model(env.model_dir)
-    except (ConfigError, predict.PredictError) as exc:
+    except (ConfigError, inference.InferenceError) as exc:
         LOG.error("serve: error: %s", exc)
         return 2
     LOG.info("serve: %s on port %d, %d worker(s), timeout %d s, payload up to %d MB%s",

@@ -108,3 +108,14 @@ def test_an_export_without_a_training_split_says_what_it_has(tmp_path):
     exports.cvat_voc(str(_channels(tmp_path) / "train"), subsets=(("Test", 2), ("Validation", 2)))
     with pytest.raises(DataError, match="has no training split: its splits are Test, Validation"):
         build_datasets(_config(), str(_channels(tmp_path)))
+
+
+def test_custom_generates_the_sample_vocdevkit_that_it_then_recognises(tmp_path):
+    from detector_training.data import formats
+    from detector_training.data.formats.data_format import Channel
+
+    fmt = formats.get("custom")
+    fmt.generate(str(tmp_path), n_train=3, n_test=2)
+    channel = tmp_path / "voc"
+    assert (channel / "VOCdevkit" / "VOC2007" / "Annotations").is_dir()
+    assert fmt.recognise(Channel("voc", str(channel))) == "VOCdevkit/VOC2007"

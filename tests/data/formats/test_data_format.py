@@ -52,10 +52,12 @@ def config(**hps):
 def test_classes_in_the_asked_order_others_dropped_and_counted(tmp_path, caplog):
     drops = Drops()
     drops.add("box with no area", "b.jpg.txt line 2")
+    adjusted = Drops()
+    adjusted.add("box partly outside its image (clipped)", "a.jpg.txt line 3")
     SETS["train"] = LabelledSet([image(tmp_path, "a.jpg", (40, 20), [(1, 2, 10, 12, "dog"),
                                                                      (3, 4, 20, 18, "cat")]),
                                  image(tmp_path, "b.jpg", (30, 30), [(5, 5, 9, 9, "bird")])],
-                                drops=drops, layout="the test's layout")
+                                drops=drops, layout="the test's layout", adjusted=adjusted)
     SETS["validation"] = LabelledSet([image(tmp_path, "c.jpg", (20, 40), [(1, 1, 5, 5, "cat")])])
     with caplog.at_level(logging.INFO, logger="detector_training"):
         data = build_datasets(config(classes="cat,dog"), str(tmp_path))
@@ -69,6 +71,8 @@ def test_classes_in_the_asked_order_others_dropped_and_counted(tmp_path, caplog)
         in caplog.text
     assert "object of a class not trained (bird): 1 (b.jpg object 0)" in caplog.text
     assert "box with no area: 1 (b.jpg.txt line 2)" in caplog.text
+    assert ("data: given training: changed but kept: box partly outside its image (clipped): 1 "
+            "(a.jpg.txt line 3)") in caplog.text
     assert "training: 1 of 2 images have no box of the trained classes: left out" in caplog.text
 
 
@@ -128,3 +132,20 @@ def test_a_channel_lists_its_top_level_and_knows_pipe_mode(tmp_path):
     (tmp_path / "train").mkdir()
     assert given_format.channel_path(str(tmp_path), "train") == os.path.join(str(tmp_path), "train")
     assert given_format.channel_path(str(tmp_path), "validation") is None
+
+
+def test_an_export_is_looked_for_once_per_folder_and_its_absence_named(tmp_path):
+    looked = []
+
+    def find(folder):
+        looked.append(folder)
+        return None if folder.endswith("empty") else ("export of", folder)
+
+    fmt = Given()
+    assert fmt.export_in("/ch/train", find, "things", "fix") == ("export of", "/ch/train")
+    assert fmt.export_in("/ch/train", find, "things", "fix") == ("export of", "/ch/train")
+    assert looked == ["/ch/train"]
+    with pytest.raises(DataError, match=r"channel folder /ch/empty holds no things\.") as caught:
+        fmt.export_in("/ch/empty", find, "things", "put them there.")
+    assert caught.value.fix == "put them there."
+    assert Given().export_in("/ch/train", find, "things", "fix") and len(looked) == 3  # per format

@@ -20,7 +20,7 @@ def test_a_mask_family_is_told_the_manifest_has_boxes_only():
         from_hyperparameters({"dataset": "manifest", "network": "mask_rcnn_fpn_resnet18_v1b_coco"})
     assert ("network=mask_rcnn_fpn_resnet18_v1b_coco trains on dataset=coco only, not "
             "dataset=manifest (a mask_rcnn network needs every object's mask; a Ground Truth "
-            "bounding-box manifest has boxes only: train a faster_rcnn or yolo3 network on it)"
+            "bounding-box manifest has boxes only: train a faster_rcnn or yolo3 or ssd network on it)"
             in str(err.value))
 
 

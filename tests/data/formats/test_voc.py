@@ -92,3 +92,15 @@ def test_voc_takes_no_classes_and_both_take_voc_splits_only():
             from_hyperparameters({"dataset": dataset, "train_splits": "trainval"})
     assert from_hyperparameters({"dataset": "coco", "train_splits": "trainval"}).train_splits == \
         ("trainval",)
+
+
+def test_num_classes_other_than_vocs_20_is_refused_with_the_fix():
+    import pytest
+
+    from detector_training.errors import ConfigError
+    from detector_training.job.config import from_hyperparameters
+
+    assert from_hyperparameters({"dataset": "voc", "num_classes": "20"}).num_classes == 20
+    with pytest.raises(ConfigError) as err:
+        from_hyperparameters({"dataset": "voc", "num_classes": "3"})
+    assert "num_classes=3: dataset=voc has its 20 classes (dataset=custom trains your own)" in str(err.value)

@@ -7,6 +7,7 @@ import os
 import pytest
 
 import builtin_exports as bx
+from detector_training.data import labelled
 from detector_training.data.layouts import builtin_json
 from detector_training.errors import DataError
 
@@ -96,10 +97,12 @@ def test_quirks_are_clipped_dropped_and_counted(tmp_path):
         (0.0, 10.0, 15.5, 20.0), (60.0, 40.0, 64.0, 48.0)]
     assert train.images[1].boxes == []  # a negative
     assert train.drops.counts() == {
-        builtin_json.CLIPPED: 2, builtin_json.NO_AREA: 2, builtin_json.NO_IMAGE: 1,
-        builtin_json.TWICE: 1}
-    assert train.drops.examples(builtin_json.NO_AREA) == [
-        "train_annotation/a.json annotations[2]", "train_annotation/a.json annotations[3]"]
+        builtin_json.NO_IMAGE: 1, labelled.REPEATED_IMAGE: 1, labelled.NO_AREA: 1,
+        labelled.OUTSIDE: 1}
+    assert train.adjusted.counts() == {labelled.CLIPPED: 2}
+    assert train.drops.examples(labelled.NO_AREA) == ["train_annotation/a.json annotations[2]"]
+    assert train.drops.examples(labelled.OUTSIDE) == ["train_annotation/a.json annotations[3]"]
+    assert train.drops.examples(labelled.REPEATED_IMAGE) == ["train_annotation/z.json"]
     assert train.drops.examples(builtin_json.NO_IMAGE) == [
         "train_annotation/b.json (file sample_image/b.jpg)"]
 

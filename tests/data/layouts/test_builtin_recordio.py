@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import builtin_exports as bx
-from detector_training.data import host_once
+from detector_training.data import host_once, labelled
 from detector_training.data.layouts import builtin_recordio as rio
 from detector_training.errors import DataError
 
@@ -146,9 +146,9 @@ def test_quirks_padding_clipped_no_area(tmp_path):
     train = rio.read_splits(channels)["train"]
     [image] = train.images
     assert [(b.label, b.xmin, b.xmax) for b in image.boxes] == [("0", 0.0, pytest.approx(32))]
-    assert train.drops.counts() == {"box partly outside the image (clipped)": 1,
-                                    "box with no area (dropped)": 1}
-    assert train.drops.examples("box with no area (dropped)") == ["train/train.rec record 1 object 2"]
+    assert train.drops.counts() == {labelled.NO_AREA: 1}
+    assert train.adjusted.counts() == {labelled.CLIPPED: 1}
+    assert train.drops.examples(labelled.NO_AREA) == ["train/train.rec record 1 object 2"]
 
 
 def test_a_record_whose_image_cannot_be_read_is_named(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 import builtin_exports as bx
 from detector_training.data import coco_format
+from detector_training.data import labelled as labelled_set
 from detector_training.data.layouts import coco_exports as ce
 from detector_training.errors import DataError
 
@@ -106,8 +107,8 @@ def test_quirks_counted_and_missing_images(tmp_path):
     train, _ = ce.locate(channels)
     labelled = ce.read_labelled(train, channels)
     assert [(b.xmin, b.xmax) for b in labelled.images[0].boxes] == [(0.0, 7.0)]
-    assert labelled.drops.counts() == {"box partly outside the image (clipped)": 1,
-                                       "box with no area (dropped)": 1, ce.NO_IMAGE: 1}
+    assert labelled.drops.counts() == {ce.NO_IMAGE: 1, labelled_set.NO_AREA: 1}
+    assert labelled.adjusted.counts() == {labelled_set.CLIPPED: 1}
 
 
 def test_no_export_in_train_lists_what_it_holds(tmp_path):

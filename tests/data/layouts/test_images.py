@@ -50,6 +50,16 @@ def test_a_broken_image_is_named(tmp_path):
         images.image_size(str(tmp_path / "cut.jpg"))
 
 
+def test_image_bytes_are_sized_from_a_stream_and_named_by_where(tmp_path):
+    import io
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30)).save(buffer, "JPEG")
+    assert images.image_size(io.BytesIO(buffer.getvalue()), "x.rec record 1") == (40, 30)
+    with pytest.raises(DataError, match=r"image x.rec record 2 cannot be read"):
+        images.image_size(io.BytesIO(b"not an image"), "x.rec record 2")
+
+
 def test_a_header_stating_too_many_pixels_is_refused(tmp_path, monkeypatch):
     Image.new("L", (100, 100)).save(tmp_path / "big.png")
     monkeypatch.setattr(images, "MAX_PIXELS", 5000)
@@ -74,6 +84,8 @@ def test_found_by_name_then_by_stem_with_any_extension(tmp_path):
     assert index.find("", str(tmp_path / "xml" / "b.xml")) == upper  # the annotation's stem
     assert index.find("zzz.jpg", str(tmp_path / "xml" / "y.xml")) is None
     assert index.paths == [jpg, upper]
+    assert index.named("a.jpg") == [jpg] and index.named("b.jpg") == []
+    assert index.stemmed("b") == [upper] and index.stemmed("notes") == []
 
 
 def test_among_several_the_one_beside_then_the_closest_folders(tmp_path):

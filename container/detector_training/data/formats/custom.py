@@ -12,7 +12,7 @@ import logging
 import os
 
 from detector_training.data.formats.data_format import VALIDATION_CHANNEL, LabelledFormat
-from detector_training.data.formats.voc import VOC_PRESET, check_voc_splits
+from detector_training.data.formats.voc import VOC, VOC_PRESET, check_voc_splits
 from detector_training.data.layouts import split_names, voc_exports
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
@@ -38,9 +38,6 @@ class CustomVOC(LabelledFormat):
     channels = DATA_CHANNELS + (VALIDATION_CHANNEL,)
     preset = VOC_PRESET
 
-    def __init__(self):
-        self._exports = {}
-
     def recognise(self, channel):
         if not os.path.isdir(channel.path):
             return None
@@ -52,6 +49,11 @@ class CustomVOC(LabelledFormat):
 
     def check_config(self, config):
         return check_voc_splits(config)
+
+    def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
+        """The generated VOCdevkit of dataset=voc, in the 'voc' channel (its classes are read
+        from the annotations)."""
+        VOC().generate(channels_dir, n_train, n_test, n_train_2012, seed)
 
     def data_root(self, config, env, world):
         """A VOCdevkit tree: the folder holding it (the channel's, or your own tars fetched from
@@ -109,13 +111,8 @@ class CustomVOC(LabelledFormat):
         return export.read(names, config.classes) if names else None
 
     def _export(self, folder):
-        if folder not in self._exports:
-            export = voc_exports.find_export(folder)
-            if export is None:
-                raise DataError("channel folder %s holds no Pascal VOC XML annotations." % folder,
-                                "put the export as the labelling tool wrote it in the channel.")
-            self._exports[folder] = export
-        return self._exports[folder]
+        return self.export_in(folder, voc_exports.find_export, "Pascal VOC XML annotations",
+                              "put the export as the labelling tool wrote it in the channel.")
 
     @staticmethod
     def _devkit_split(data_root, split, config):

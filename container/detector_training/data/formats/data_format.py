@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from detector_training.data.common import Datasets, SubsetDataset
+from detector_training.data.common import SubsetDataset, with_validation
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
 
@@ -186,6 +186,17 @@ class LabelledFormat(DataFormat):
         super().data_root(config, env, world)
         return env.paths.channels_dir
 
+    def export_in(self, folder, find, holds_no, fix):
+        """The export ``find`` recognises in ``folder`` (looked for once per folder), or a
+        DataError naming the folder: "channel folder <folder> holds no <holds_no>."."""
+        exports = vars(self).setdefault("_exports", {})
+        if folder not in exports:
+            export = find(folder)
+            if export is None:
+                raise DataError("channel folder %s holds no %s." % (folder, holds_no), fix)
+            exports[folder] = export
+        return exports[folder]
+
     def read(self, config, data_root, instances=False):
         train_set = self.read_labelled(data_root, "train", config)
         if train_set is None:
@@ -200,17 +211,10 @@ class LabelledFormat(DataFormat):
             raise DataError("the training data (%s) has no labelled object." % train_set.layout,
                             "label at least one object, or name the classes with 'classes'.")
         train, ratios = self.labelled_dataset(train_set, classes, config.skip_empty, "training")
-        if val_set is not None:
-            val, val_ratios = self.labelled_dataset(val_set, classes, config.skip_empty,
-                                                    "validation")
-            return Datasets(train=train, val=val, classes=classes, aspect_ratios=ratios,
-                            val_aspect_ratios=val_ratios)
-        datasets = Datasets(train=train, val=None, classes=classes, aspect_ratios=ratios)
-        if config.val_fraction > 0:
-            return datasets  # build_datasets carves it
-        from detector_training.data.common import carve_validation
-
-        return carve_validation(datasets, self.DEFAULT_VAL_FRACTION, config.seed)
+        val, val_ratios = (self.labelled_dataset(val_set, classes, config.skip_empty, "validation")
+                           if val_set is not None else (None, None))
+        return with_validation(train, ratios, classes, val, val_ratios, config.val_fraction,
+                               self.DEFAULT_VAL_FRACTION, config.seed)
 
     def labelled_dataset(self, labelled, classes, skip_empty, what):
         """(a SubsetDataset of the set's images with label rows of ``classes``, aspect ratios)."""
@@ -257,10 +261,11 @@ class LabelledFormat(DataFormat):
         LOG.info("data: %s %s: %s, %d images, objects per class: %s", self.name, what,
                  labelled.layout or self.title, len(labelled.images),
                  ", ".join("%s %d" % item for item in counts.items()))
-        if drops:
-            LOG.info("data: %s %s: left out: %s", self.name, what, "; ".join(
-                "%s: %d (%s)" % (reason, count, ", ".join(drops.examples(reason)))
-                for reason, count in drops.counts().items()))
+        for heading, tally in (("left out", drops), ("changed but kept", labelled.adjusted)):
+            if tally:
+                LOG.info("data: %s %s: %s: %s", self.name, what, heading, "; ".join(
+                    "%s: %d (%s)" % (reason, count, ", ".join(tally.examples(reason)))
+                    for reason, count in tally.counts().items()))
 
 
 class LabelledDetection:

@@ -5,7 +5,7 @@ import os
 
 from detector_training.errors import DataError
 from detector_training.data import manifest
-from detector_training.data.common import Datasets, SubsetDataset, carve_validation
+from detector_training.data.common import SubsetDataset, with_validation
 from detector_training.data.formats.data_format import DataFormat, LabelledDetection
 from detector_training.data.formats.voc import VOC_PRESET
 from detector_training.data.negatives import is_negative, log_empty
@@ -89,15 +89,10 @@ def _manifest_datasets(config, root):
     classes, index = manifest.class_list(train_entries + val_entries, config.classes)
     train, ratios = _manifest_dataset(train_entries, images, index, classes, config.skip_empty,
                                       "training")
-    if val_entries:
-        val, val_ratios = _manifest_dataset(val_entries, images, index, classes,
-                                            config.skip_empty, "validation")
-        return Datasets(train=train, val=val, classes=classes, aspect_ratios=ratios,
-                        val_aspect_ratios=val_ratios)
-    datasets = Datasets(train=train, val=None, classes=classes, aspect_ratios=ratios)
-    if config.val_fraction > 0:
-        return datasets  # build_datasets carves it
-    return carve_validation(datasets, manifest.DEFAULT_VAL_FRACTION, config.seed)
+    val, val_ratios = (_manifest_dataset(val_entries, images, index, classes, config.skip_empty,
+                                         "validation") if val_entries else (None, None))
+    return with_validation(train, ratios, classes, val, val_ratios, config.val_fraction,
+                           manifest.DEFAULT_VAL_FRACTION, config.seed)
 
 
 def _manifest_dataset(entries, images, index, classes, skip_empty, what):

@@ -50,6 +50,9 @@ class VOC(DataFormat):
         if config.classes:
             problems.insert(0, "classes is only used with dataset=custom or coco (dataset=voc has "
                                "its 20 classes)")
+        if getattr(config, "num_classes", None) not in (None, 20):
+            problems.append("num_classes=%d: dataset=voc has its 20 classes (dataset=custom trains "
+                            "your own)" % config.num_classes)
         return problems
 
     def data_root(self, config, env, world):

@@ -23,9 +23,6 @@ class Yolo(LabelledFormat):
     channels = ("train", "training", VALIDATION_CHANNEL)
     preset = GENERIC_PRESET
 
-    def __init__(self):
-        self._exports = {}
-
     def recognise(self, channel):
         if not os.path.isdir(channel.path):
             return None
@@ -55,11 +52,7 @@ class Yolo(LabelledFormat):
         return export.read(names[0], config.classes) if names else None
 
     def _export(self, folder):
-        if folder not in self._exports:
-            export = yolo_labels.find_export(folder)
-            if export is None:
-                raise DataError("channel folder %s holds no YOLO dataset YAML (with 'names')." % folder,
-                                "put the dataset as Ultralytics or Roboflow exports it, data.yaml "
-                                "included, in the channel.")
-            self._exports[folder] = export
-        return self._exports[folder]
+        return self.export_in(folder, yolo_labels.find_export,
+                              "YOLO dataset YAML (with 'names')",
+                              "put the dataset as Ultralytics or Roboflow exports it, data.yaml "
+                              "included, in the channel.")

@@ -15,9 +15,10 @@ file (ids may be sparse; one id with two names is an error naming both files), a
 has any, from ``id_names`` (the ``classes`` hyperparameter, naming the ids 0, 1, ... in order),
 else the ids themselves ("0", "1", ...) are the names.
 
-Quirks: a box partly outside its image is clipped, a box with no area left is dropped, an
-annotation whose image is missing is dropped, as is a second annotation of the same image; each
-is counted in the set's Drops. The image's own header gives its size (``image_size`` may be
+Quirks: an annotation whose image is missing is dropped (counted in the set's Drops); the rest
+is :func:`labelled.clean`'s as for every layout (a box partly outside its image clipped and counted
+as adjusted; a box wholly outside or with no area, a second annotation of the same image, a box
+given twice: dropped and counted). The image's own header gives its size (``image_size`` may be
 wrong). A broken file (not JSON, a field of the wrong type, an image whose header cannot be read)
 is a DataError naming the file and the field.
 
@@ -27,25 +28,21 @@ Pure: JSON through :func:`core.files.read_json`, image sizes from headers (Pillo
 import os
 
 from detector_training.core.files import json_preview, path_inside, read_json
-from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
+from detector_training.data.labelled import (Box, Drops, LabelledImage, LabelledSet, clean,
+                                            merge_class_ids)
+from detector_training.data.layouts.images import ImageIndex, image_size
 from detector_training.errors import DataError
 
 TRAIN, VALIDATION = "train", "validation"
 ANNOTATION_SUFFIX = "_annotation"
 ANNOTATION_CAP = 4 << 20  # one image's boxes; four megabytes is tens of thousands of them
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
 LAYOUT = "SageMaker built-in Object Detection, image format (one JSON per image)"
 FIX = ("write the annotation as the built-in Object Detection algorithm's JSON: file, image_size "
        "[{width, height, depth}], annotations [{class_id, left, top, width, height}] in pixels, "
        "optional categories [{class_id, name}].")
 
-# Drop reasons, shared with the data report.
+# Drop reason, shared with the data report (the others are labelled.clean's).
 NO_IMAGE = "image file not found"
-MAX_PIXELS = 200_000_000  # a header may state any size (Pillow's decompression-bomb guard)
-FIX_IMAGE = "replace the image with an intact JPEG, PNG or BMP, or remove it and its annotation."
-CLIPPED = "box partly outside the image (clipped)"
-NO_AREA = "box with no area (dropped)"
-TWICE = "image annotated twice (the later annotation dropped)"
 
 
 def annotation_channel(split):
@@ -70,51 +67,22 @@ def recognise(channels_dir):
     return found
 
 
-def header_size(source, where):
-    """(width, height) from an image's header (a path, or a binary stream; no decode), or a
-    DataError naming ``where``."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(source) as image:
-            width, height = image.size
-    except (OSError, UnidentifiedImageError, Image.DecompressionBombError, SyntaxError,
-            ValueError) as exc:
-        raise DataError("image %s cannot be read (%s)." % (where, str(exc).splitlines()[0][:200]
-                                                            if str(exc) else type(exc).__name__),
-                        FIX_IMAGE) from None
-    if width <= 0 or height <= 0 or width * height > MAX_PIXELS:
-        raise DataError("image %s states a size of %dx%d pixels." % (where, width, height),
-                        "use images of at most %d pixels." % MAX_PIXELS)
-    return width, height
-
-
-def index_images(folder):
-    """{base name: [paths]} and {stem: [paths]} of the image files under ``folder``."""
-    by_name, by_stem = {}, {}
-    for top, _dirs, names in os.walk(folder):
-        for name in names:
-            stem, ext = os.path.splitext(name)
-            if ext.lower() in IMAGE_EXTENSIONS:
-                path = os.path.join(top, name)
-                by_name.setdefault(name, []).append(path)
-                by_stem.setdefault(stem, []).append(path)
-    return by_name, by_stem
-
-
 def find_image(images_dir, file_field, json_path, index):
     """The image of one annotation: ``file`` under the channel, else the one image of that base
-    name, else the one image named like the JSON; None when none (or several) match."""
-    by_name, by_stem = index
+    name, else the one image named like the JSON; None when none (or several) match.
+
+    Not :meth:`ImageIndex.find`: ``file`` is a path inside the channel here (tried first), and
+    an ambiguous name drops the annotation (counted) where a VOC export's picks the closest
+    folder or is an error."""
     if file_field:
         relative = file_field.replace("\\", "/").lstrip("/")
         direct = path_inside(images_dir, relative)
         if direct and os.path.isfile(direct):
             return direct
-        named = by_name.get(relative.rsplit("/", 1)[-1], [])
+        named = index.named(relative.rsplit("/", 1)[-1])
         if len(named) == 1:
             return named[0]
-    stemmed = by_stem.get(os.path.splitext(os.path.basename(json_path))[0], [])
+    stemmed = index.stemmed(os.path.splitext(os.path.basename(json_path))[0])
     return stemmed[0] if len(stemmed) == 1 else None
 
 
@@ -171,39 +139,12 @@ def parse_annotation(document, where):
     return file_field, names, boxes
 
 
-def clip_box(xmin, ymin, xmax, ymax, width, height, drops, where):
-    """The box clipped to the image (counted when it was partly outside), or None (counted) when
-    no area is left."""
-    clipped = (max(0.0, min(xmin, width)), max(0.0, min(ymin, height)),
-               max(0.0, min(xmax, width)), max(0.0, min(ymax, height)))
-    if clipped[2] <= clipped[0] or clipped[3] <= clipped[1]:
-        drops.add(NO_AREA, where)
-        return None
-    if clipped != (xmin, ymin, xmax, ymax):
-        drops.add(CLIPPED, where)
-    return clipped
-
-
 def merge_names(found):
     """One {class id: name} from [(file, {id: name})]; an id with two names, or a name with two
     ids, is a DataError naming both files."""
-    names, first = {}, {}
-    for where, mapping in found:
-        for class_id, name in mapping.items():
-            if class_id in names and names[class_id] != name:
-                raise DataError("class_id %d is '%s' in %s but '%s' in %s." % (
-                    class_id, names[class_id], first[class_id], name, where),
-                    "give each class_id one name in every file's categories.")
-            names.setdefault(class_id, name)
-            first.setdefault(class_id, where)
-    by_name = {}
-    for class_id in sorted(names):
-        other = by_name.setdefault(names[class_id], class_id)
-        if other != class_id:
-            raise DataError("class '%s' has the class_ids %d (%s) and %d (%s)." % (
-                names[class_id], other, first[other], class_id, first[class_id]),
-                "give each class one class_id in every file's categories.")
-    return names
+    return merge_class_ids(found, "class_id", "class_ids",
+                           "give each class_id one name in every file's categories.",
+                           "give each class one class_id in every file's categories.")
 
 
 def parse_split(annotations_dir):
@@ -242,30 +183,23 @@ def class_names(parsed, id_names=()):
 
 
 def build_split(images_dir, parsed, names):
-    """The LabelledSet of one split's parsed files, its images found under ``images_dir``."""
-    index = index_images(images_dir)
+    """The LabelledSet of one split's parsed files, its images found under ``images_dir``, with
+    :func:`labelled.clean`'s quirks settled (an image annotated twice, boxes partly outside)."""
+    index = ImageIndex(images_dir)
     drops = Drops()
-    images, seen = [], {}
+    images = []
     for path, where, file_field, _mapping, boxes in parsed:
         image_path = find_image(images_dir, file_field, path, index)
         if image_path is None:
             drops.add(NO_IMAGE, "%s (file %s)" % (where, file_field))
             continue
-        if image_path in seen:
-            drops.add(TWICE, "%s (also %s)" % (where, seen[image_path]))
-            continue
-        seen[image_path] = where
-        size = header_size(image_path, "%s (of %s)" % (image_path, where))
-        kept = []
-        for class_id, left, top, width, height, what in boxes:
-            box_where = "%s %s" % (where, what)
-            corners = clip_box(left, top, left + width, top + height, size[0], size[1], drops,
-                               box_where)
-            if corners:
-                kept.append(Box(*corners, label=names[class_id], where=box_where))
+        size = image_size(image_path, "%s (of %s)" % (image_path, where))
+        kept = [Box(left, top, left + width, top + height, names[class_id],
+                    where="%s %s" % (where, what))
+                for class_id, left, top, width, height, what in boxes]
         images.append(LabelledImage(image_path, kept, size, where))
     classes = tuple(names[class_id] for class_id in sorted(names))
-    return LabelledSet(images, classes, drops, LAYOUT)
+    return clean(LabelledSet(images, classes, drops, LAYOUT))
 
 
 def read_splits(channels_dir, id_names=()):

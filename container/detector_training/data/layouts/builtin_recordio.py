@@ -18,8 +18,9 @@ host copies the FIFO's bytes to a ``.rec`` file under the work directory once (u
 :mod:`host_once`'s lock and marker), and every rank reads that copy as in File mode.
 
 Class names: the records carry class ids only; the ``classes`` hyperparameter names them in id
-order, else the ids are the names ("0", "1", ...). Quirks as the other layouts: a box partly
-outside its image is clipped, one with no area dropped, each counted. A record that is not
+order, else the ids are the names ("0", "1", ...). Quirks as the other layouts
+(:func:`labelled.clean`, once the fractions are pixels): a box partly outside its image is
+clipped, one with no area dropped, each counted. A record that is not
 detection data (a scalar label, A < 2, B < 5, a length that is not A plus whole objects, pixel
 coordinates, image bytes whose header cannot be read) is a DataError naming the file and the
 record number.
@@ -36,8 +37,8 @@ import weakref
 from dataclasses import dataclass
 
 from detector_training.data import host_once, pipe_mode
-from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
-from detector_training.data.layouts.builtin_json import clip_box, header_size
+from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
+from detector_training.data.layouts.images import image_size
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
@@ -60,6 +61,9 @@ class RecordImage(LabelledImage):
     offset of its record there."""
 
     offset: int = 0
+
+    def key(self):
+        return (super().key(), self.offset)  # every record of a file shares its path
 
 
 def rec_files(folder):
@@ -147,31 +151,19 @@ def parse_objects(label, where):
     return objects
 
 
-class _Position:
-    """A binary stream that counts the bytes read from it (a FIFO cannot tell)."""
-
-    def __init__(self, stream):
-        self._stream, self.position = stream, 0
-
-    def read(self, size):
-        data = self._stream.read(size)
-        self.position += len(data)
-        return data
-
-
 def scan_file(path, label):
     """[(record number, byte offset, objects, image size or None)] of every record of one
     ``.rec`` file, read with the framing reader; ``label`` names the file in errors."""
     records = []
     with open(path, "rb") as handle:
-        stream = _Position(handle)
+        stream = pipe_mode.CountingReader(handle)
         start = 0
         for number, payload in pipe_mode.read_records(stream, label):
             where = "%s record %d" % (label, number)
             numbers, image = parse_record(payload, where)
             records.append((number, start, parse_objects(numbers, where),
-                            header_size(io.BytesIO(image), where)))
-            start = stream.position
+                            image_size(io.BytesIO(image), where)))
+            start = stream.count
     return records
 
 
@@ -197,20 +189,17 @@ def read_files(paths, label_root, id_names=()):
         classes = tuple(id_names)
     else:
         classes = tuple(str(class_id) for class_id in range(max(used) + 1)) if used else ()
-    drops, images = Drops(), []
+    images = []
     for path, label, records in scanned:
         for number, offset, objects, size in records:
             where = "%s record %d" % (label, number)
             width, height = size
-            boxes = []
-            for index, (class_id, xmin, ymin, xmax, ymax) in enumerate(objects, 1):
-                box_where = "%s object %d" % (where, index)
-                corners = clip_box(xmin * width, ymin * height, xmax * width, ymax * height,
-                                   width, height, drops, box_where)
-                if corners:
-                    boxes.append(Box(*corners, label=classes[class_id], where=box_where))
+            # Corners are fractions of the image here; labelled.clean clips pixels.
+            boxes = [Box(xmin * width, ymin * height, xmax * width, ymax * height,
+                         classes[class_id], where="%s object %d" % (where, index))
+                     for index, (class_id, xmin, ymin, xmax, ymax) in enumerate(objects, 1)]
             images.append(RecordImage(path, boxes, size, where, offset=offset))
-    return LabelledSet(images, classes, drops, LAYOUT)
+    return clean(LabelledSet(images, classes, Drops(), LAYOUT))
 
 
 def read_splits(root, id_names=()):
@@ -326,31 +315,19 @@ def drain_pipes(fifos, work_dir, world, launch, wait_timeout_s, poll_s=1.0):
     root = os.path.join(os.path.abspath(work_dir), DATA_DIR_NAME)
     copies = {split: os.path.join(root, split, split + SUFFIX) for split in fifos}
     key = pipe_mode.drain_key(fifos, "recordio")
-    if not world.is_local_main:
-        host_once.wait_for_host(root, key, launch, lambda marker: True, wait_timeout_s, poll_s)
-        return root
-    os.makedirs(work_dir, exist_ok=True)
-    staging = None
-    try:
-        with host_once.HostLock(os.path.join(os.path.abspath(work_dir), "." + DATA_DIR_NAME + ".lock")):
-            staging = tempfile.mkdtemp(prefix=".%s-staging-" % DATA_DIR_NAME, dir=work_dir)
-            sizes = {}
-            for split, fifo in sorted(fifos.items()):
-                if not os.path.exists(fifo):
-                    raise DataError("channel '%s' is in Pipe mode but its FIFO %s does not exist."
-                                    % (split, fifo), "send the channel's .rec files in Pipe mode "
-                                    "(ContentType application/x-recordio).")
-                os.makedirs(os.path.join(staging, split))
-                sizes[split] = copy_fifo(fifo, os.path.join(staging, split, split + SUFFIX))
-                LOG.info("data: channel '%s' (Pipe mode): %.1f MB of RecordIO copied to %s",
-                         split, sizes[split] / 1048576.0, copies[split])
-            shutil.rmtree(root, ignore_errors=True)  # an earlier launch's copy
-            os.rename(staging, root)
-            staging = None
-            host_once.write_marker(root, status="ok", key=key, launch=launch, bytes=sizes)
-    except BaseException as exc:
-        if staging:
-            shutil.rmtree(staging, ignore_errors=True)
-        host_once.write_failure_marker(root, key, launch, exc)
-        raise
-    return root
+
+    def fill(staging):
+        sizes = {}
+        for split, fifo in sorted(fifos.items()):
+            if not os.path.exists(fifo):
+                raise DataError("channel '%s' is in Pipe mode but its FIFO %s does not exist."
+                                % (split, fifo), "send the channel's .rec files in Pipe mode "
+                                "(ContentType application/x-recordio).")
+            os.makedirs(os.path.join(staging, split))
+            sizes[split] = copy_fifo(fifo, os.path.join(staging, split, split + SUFFIX))
+            LOG.info("data: channel '%s' (Pipe mode): %.1f MB of RecordIO copied to %s",
+                     split, sizes[split] / 1048576.0, copies[split])
+        return {"bytes": sizes}
+
+    return host_once.fill_once(root, key, launch, world.is_local_main, fill, wait_timeout_s,
+                               poll_s)

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 from detector_training.core.files import path_inside
 from detector_training.data.coco_format import category_names, read_document
-from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
-from detector_training.data.layouts.builtin_json import NO_IMAGE, clip_box, header_size
+from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
+from detector_training.data.layouts.builtin_json import NO_IMAGE
+from detector_training.data.layouts.images import image_size
 from detector_training.errors import DataError
 
 CVAT, ROBOFLOW, LABEL_STUDIO = "CVAT COCO 1.0", "Roboflow COCO", "Label Studio COCO"
@@ -190,8 +191,9 @@ def image_candidates(export, file_name):
 
 
 def read_labelled(export, channels_dir):
-    """The LabelledSet of one export: boxes in pixels clipped to their images (a crowd region,
-    a box with no area, an image not found: counted in Drops)."""
+    """The LabelledSet of one export: boxes in pixels (a crowd region, an image not found:
+    counted in Drops), with :func:`labelled.clean`'s quirks settled (a box partly outside its
+    image clipped, one with no area dropped, each counted)."""
     document = read_document(export.annotation_file)
     placeholders = placeholder_categories(document)
     names = {c["id"]: c["name"] for c in document["categories"]}
@@ -212,8 +214,7 @@ def read_labelled(export, channels_dir):
         if path is None:
             drops.add(NO_IMAGE, "%s (file_name %s)" % (where, file_name))
             continue
-        size = header_size(path, "%s (%s)" % (path, where))  # its own size wins over the JSON's
-        width, height = size
+        size = image_size(path, "%s (%s)" % (path, where))  # its own size wins over the JSON's
         boxes = []
         for number, ann in by_image.get(entry["id"], []):
             box_where = "%s annotations[%d]" % (where_file, number)
@@ -224,9 +225,7 @@ def read_labelled(export, channels_dir):
                 raise DataError("%s has category_id %s, which no category has." % (
                     box_where, ann["category_id"]), "export the annotations again in COCO format.")
             x, y, w, h = ann["bbox"]
-            corners = clip_box(x, y, x + w, y + h, width, height, drops, box_where)
-            if corners:
-                boxes.append(Box(*corners, label=names[ann["category_id"]], where=box_where))
+            boxes.append(Box(x, y, x + w, y + h, names[ann["category_id"]], where=box_where))
         images.append(LabelledImage(path, boxes, size, where))
-    return LabelledSet(images, classes, drops, "%s, %s" % (export.tool, where_file))
+    return clean(LabelledSet(images, classes, drops, "%s, %s" % (export.tool, where_file)))
 

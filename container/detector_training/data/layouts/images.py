@@ -17,19 +17,21 @@ def is_image_name(name):
     return os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES
 
 
-def image_size(path):
-    """(width, height) from the file's header, or a DataError naming the file."""
+def image_size(source, where=None):
+    """(width, height) from an image's header (a path, or a binary stream such as a record's
+    image bytes; nothing is decoded), or a DataError naming ``where`` (default: the path)."""
+    where = source if where is None else where
     try:
-        with Image.open(path) as image:
+        with Image.open(source) as image:
             width, height = image.size
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError,
             ValueError) as exc:
-        raise DataError("image %s cannot be read (%s)." % (path, str(exc).splitlines()[0][:200]
+        raise DataError("image %s cannot be read (%s)." % (where, str(exc).splitlines()[0][:200]
                                                             if str(exc) else type(exc).__name__),
                         "replace the file with an intact JPEG, PNG or BMP, or remove it and its "
                         "annotation.") from exc
     if width <= 0 or height <= 0 or width * height > MAX_PIXELS:
-        raise DataError("image %s states a size of %dx%d pixels." % (path, width, height),
+        raise DataError("image %s states a size of %dx%d pixels." % (where, width, height),
                         "use images of at most %d pixels." % MAX_PIXELS)
     return width, height
 
@@ -59,6 +61,14 @@ class ImageIndex:
         self.paths.append(path)
         self._by_name.setdefault(name, []).append(path)
         self._by_stem.setdefault(os.path.splitext(name)[0], []).append(path)
+
+    def named(self, name):
+        """The image files called ``name``."""
+        return list(self._by_name.get(name, ()))
+
+    def stemmed(self, stem):
+        """The image files whose name without its extension is ``stem``."""
+        return list(self._by_stem.get(stem, ()))
 
     def find(self, filename, annotation, folder=""):
         """The image an annotation file describes: by its stated ``filename`` (the name only: a

@@ -1,0 +1,370 @@
+"""Inference with a trained model: load, decode, detect. What ``serve``, ``detector-predict``,
+the evaluation report and the serving benchmark all run.
+
+* **load**: a model directory (or SageMaker's ``model.tar.gz`` of it, extracted under
+  ``core/archive.py``'s policy) through ``core/model_dir.py``'s readers: the exported pair
+  ``model-symbol.json`` + ``model-0000.params``, ``classes.json`` and ``config.json``;
+* **decode**: image bytes to RGB pixels with Pillow under a policy (formats, a pixel cap read
+  from the header, truncated files refused, grey/palette/RGBA/CMYK/16-bit converted);
+* **detect**: the image resized as the R-CNN families' validation resizes it (short side = the
+  last training scale, longer side capped at ``max_size``), or to a ``max_size`` square for a
+  family whose ``test_resize`` says so, the forward pass, and boxes back in the pixel coordinates of the original
+  image (its stored pixel grid: like MXNet's decoder, EXIF orientation is not applied), with
+  masks as COCO's compressed RLE for a model that segments.
+
+Nothing here imports MXNet at import time: ``serve``'s master process reads the defaults and
+checks a model directory without it.
+"""
+
+import os
+import shutil
+import tempfile
+import warnings
+
+from detector_training.core import archive, model_dir
+from detector_training.core.files import json_preview
+from detector_training.data import formats
+from detector_training.errors import ModelError
+
+DEFAULT_THRESHOLD = 0.5  # the minimum score answered when a request or command names none
+DEFAULT_MAX_DETECTIONS = 100
+
+MAX_SIDE = 8192  # pixels: a model asking for larger test images is not one this module runs
+
+# Decoding policy for image bytes: these formats only, and at most this many pixels (checked from
+# the header, before any pixel is decoded). A 50-megapixel photo passes; a decompression bomb
+# (a small file that declares a huge canvas) does not.
+IMAGE_FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP")
+MAX_IMAGE_PIXELS = 64_000_000
+
+
+class InferenceError(Exception):
+    """A model or an image that cannot be used; the message is meant for the user as is."""
+
+
+class BadImage(InferenceError):
+    """Bytes that are not an image this policy decodes; the message says which and why."""
+
+
+class Model:
+    """A loaded detector: the symbol block, its classes, its test-time image sizes and whether
+    its input is a square (``max_size`` x ``max_size``) rather than short side ``short``."""
+
+    def __init__(self, net, classes, short, max_size, source, ctx=None, square=False):
+        self.net = net
+        self.ctx = ctx
+        self.classes = list(classes)
+        self.short = int(short)
+        self.max_size = int(max_size)
+        self.source = source
+        self.square = bool(square)
+
+    def __repr__(self):
+        return "Model(%r, classes=%r, short=%d, max_size=%d%s)" % (
+            self.source, self.classes, self.short, self.max_size, ", square" if self.square else "")
+
+
+# --- load --------------------------------------------------------------------------------------
+
+def load_model(path, ctx=None):
+    """Load a model directory or a ``model.tar.gz`` (extracted safely into a temporary directory,
+    removed again once the model is in memory). Raises InferenceError when it is not a model."""
+    if not os.path.exists(path):
+        raise InferenceError("model not found: %s" % path)
+    if os.path.isdir(path):
+        return _load_directory(path, path, ctx)
+    if not os.path.isfile(path):
+        raise InferenceError("not a model: %s is neither a model directory nor a model.tar.gz" % path)
+    tmp = tempfile.mkdtemp(prefix="detector-model-")
+    try:
+        extracted = extract_model_files(path, tmp)
+        return _load_directory(_find_model_dir(extracted, path), path, ctx)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def extract_model_files(path, parent):
+    """Extract the files inference reads (model_dir.EXPORT_FILES) from a model archive into a new
+    directory under ``parent`` (returned): the whole archive is refused when any member is a link,
+    a special file, has an unsafe name or is over its size cap. A job's archive also holds
+    model.params and model-best.params (twice the export): they are skipped."""
+    try:
+        return model_dir.extract_model(path, parent, model_dir.EXPORT_FILES)
+    except archive.UnsafeArchive as exc:
+        raise InferenceError("unsafe model archive %s: %s" % (path, exc.reason)) from None
+    except archive.UnreadableArchive as exc:
+        raise InferenceError("not a model: %s is neither a model directory nor a model.tar.gz (%s)"
+                             % (path, exc.reason)) from None
+    except archive.NoRoom as exc:
+        raise InferenceError("cannot extract model archive %s: %s" % (path, exc.reason)) from None
+    except OSError as exc:
+        raise InferenceError("cannot read model archive %s: %s" % (path, one_line(exc))) from exc
+
+
+def _find_model_dir(root, archive_path):
+    """The shallowest directory under ``root`` holding the exported symbol."""
+    found = model_dir.shallowest_with(root, (model_dir.SYMBOL_FILE,))
+    if found is None:
+        raise InferenceError("not a model: %s holds no %s" % (archive_path, model_dir.SYMBOL_FILE))
+    return found[0]
+
+
+def _test_size(config, field, default, source):
+    value = config.get(field)
+    if isinstance(value, list):  # short: the training scales, the last one tests
+        value = value[-1] if value else None
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
+            or not 1 <= value <= MAX_SIDE:
+        raise InferenceError("invalid model %s: config.json field %s is %s; it must be a whole number "
+                             "of pixels from 1 to %d" % (source, field, json_preview(config.get(field)),
+                                                         MAX_SIDE))
+    return int(value)
+
+
+def _test_sizes(config, source):
+    """Short side and longer-side cap the model is run at: the last training scale, else the
+    network's GluonCV default (600/1000 for VOC-style networks, 800/1333 for COCO ones)."""
+    trained_on = config.get("dataset")
+    coco = "coco" in str(config.get("network", "")) or (
+        trained_on in formats.names() and formats.get(trained_on).metric == "coco")
+    return (_test_size(config, "short", 800 if coco else 600, source),
+            _test_size(config, "max_size", 1333 if coco else 1000, source))
+
+
+def square_input(config):
+    """Whether the model's family validates (and so is run) on square inputs: the family's
+    ``test_resize``; a network no family registers is run as the R-CNN families are."""
+    from detector_training import families
+
+    try:
+        return families.get(config.get("network")).test_resize == "square"
+    except (KeyError, TypeError):
+        return False
+
+
+def read_model_directory(directory, source=None):
+    """The exported model of a directory and its test-time image sizes, read without MXNet:
+    ``(export, short, max_size)``. Raises InferenceError when a file is missing or unreadable."""
+    source = directory if source is None else source
+    missing = model_dir.missing_files(directory)
+    if missing:
+        raise InferenceError("not a model: %s lacks %s" % (source, ", ".join(missing)))
+    try:
+        export = model_dir.read_export(directory)
+    except ModelError as exc:
+        raise InferenceError("invalid model %s: %s" % (source, exc.cause.rstrip("."))) from None
+    short, max_size = _test_sizes(export.config, source)
+    return export, short, max_size
+
+
+def _load_directory(directory, source, ctx):
+    export, short, max_size = read_model_directory(directory, source)
+
+    import mxnet as mx
+
+    ctx = ctx or mx.cpu()
+    try:
+        with warnings.catch_warnings():  # "Cannot decide type for ... data": harmless, float32
+            warnings.simplefilter("ignore", UserWarning)
+            net = mx.gluon.SymbolBlock.imports(export.symbol_file, ["data"], export.params_file,
+                                               ctx=ctx)
+    except Exception as exc:  # MXNetError, AssertionError, ValueError: all mean a broken export
+        raise InferenceError("invalid model %s: cannot load the exported network (%s)"
+                             % (source, one_line(exc))) from exc
+    return Model(net, export.classes, short, max_size, source, ctx, square_input(export.config))
+
+
+# --- decode ------------------------------------------------------------------------------------
+
+def decode_image(stream, max_pixels=MAX_IMAGE_PIXELS):
+    """The image in ``stream`` (a path or a binary file object) as an RGB uint8 array of shape
+    (height, width, 3), decoded by Pillow under the policy above. Grey-scale, palette, RGBA,
+    CMYK and 16-bit images are converted (16-bit values scaled to 8 bits), not refused; a
+    truncated file is refused (GluonCV sets Pillow's LOAD_TRUNCATED_IMAGES process-wide when
+    ``gluoncv.data`` is imported, which would fill the missing part with grey)."""
+    import numpy as np
+    from PIL import Image, ImageFile
+
+    previous = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        with Image.open(stream, formats=IMAGE_FORMATS) as img:
+            width, height = img.size
+            if width * height > max_pixels:
+                raise BadImage("image too large: %d x %d pixels is more than the %d allowed"
+                               % (width, height, max_pixels))
+            img.load()
+            if img.mode in ("I;16", "I;16L", "I;16B", "I"):  # 16-bit grey: scale, do not clip
+                grey = np.asarray(img, dtype=np.float64).clip(0, 65535) / 257.0
+                return np.repeat(np.rint(grey).astype(np.uint8)[:, :, None], 3, axis=2)
+            return np.asarray(img.convert("RGB"), dtype=np.uint8)
+    except BadImage:
+        raise
+    except Image.UnidentifiedImageError:
+        raise BadImage("not an image: the bytes are none of %s" % ", ".join(IMAGE_FORMATS)) from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise BadImage("cannot decode the image: %s" % one_line(exc)) from None
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = previous
+
+
+def read_image(image_path):
+    """The image file as an RGB array; InferenceError naming the file when it cannot be used."""
+    if not os.path.isfile(image_path):
+        raise InferenceError("image not found: %s" % image_path)
+    try:
+        return decode_image(image_path)
+    except BadImage as exc:
+        raise InferenceError("cannot read image %s: %s" % (image_path, exc)) from None
+
+
+# --- detect ------------------------------------------------------------------------------------
+
+def network_input(model, rgb):
+    """The network's input for an RGB uint8 array, and the factors (x, y) from its pixels back to
+    the original image's, as the family's validation transform makes them: GluonCV's R-CNN
+    validation resize (short side ``short``, longer side at most ``max_size``, bilinear, one
+    factor from the heights), or its YOLOv3 one (a ``max_size`` square) for a square-input
+    model."""
+    import mxnet as mx
+    from gluoncv.data.transforms import image as timage
+
+    height, width = rgb.shape[:2]
+    image = mx.nd.array(rgb, dtype="uint8")
+    if model.square:
+        size = model.max_size
+        resized, scale = timage.imresize(image, size, size, interp=9), (width / float(size), height / float(size))
+    else:
+        resized = timage.resize_short_within(image, model.short, model.max_size, interp=1)
+        scale = (height / float(resized.shape[0]),) * 2
+    data = mx.nd.image.normalize(mx.nd.image.to_tensor(resized), mean=(0.485, 0.456, 0.406),
+                                 std=(0.229, 0.224, 0.225))
+    return data.expand_dims(0), scale
+
+
+def detect_image(model, rgb, threshold=DEFAULT_THRESHOLD, max_detections=None, masks=True):
+    """Detections with score >= ``threshold`` in an RGB uint8 array, best first, at most
+    ``max_detections``: ``[{"class", "score", "box"}]`` with ``box`` = [x0, y0, x1, y1] in
+    original-image pixels, clipped to the image; a model that segments (Mask R-CNN) adds ``mask``
+    (unless ``masks`` is false), the object's pixels in the original image as COCO's compressed
+    RLE (``{"size": [height, width], "counts": ...}``)."""
+    import numpy as np
+
+    from detector_training.core.evaluation import image_masks
+
+    height, width = rgb.shape[:2]
+    data, (scale_x, scale_y) = network_input(model, rgb)
+    if model.ctx is not None:
+        data = data.as_in_context(model.ctx)
+    outputs = model.net(data)
+    ids, scores, boxes = (o[0].asnumpy() for o in outputs[:3])
+    box_masks = outputs[3][0].asnumpy() if len(outputs) > 3 and masks else None  # in each box
+    found = []
+    for index, (cid, score, box) in enumerate(zip(ids[:, 0], scores[:, 0], boxes)):
+        cid, score = int(cid), float(score)
+        if cid < 0 or score < 0 or score < threshold or cid >= len(model.classes):
+            continue  # -1: padding of the fixed-size output
+        x0, x1 = sorted((_clip(box[0] * scale_x, width - 1), _clip(box[2] * scale_x, width - 1)))
+        y0, y1 = sorted((_clip(box[1] * scale_y, height - 1), _clip(box[3] * scale_y, height - 1)))
+        found.append((index, {"class": model.classes[cid], "score": score, "box": [x0, y0, x1, y1]}))
+    found.sort(key=lambda item: -item[1]["score"])
+    if max_detections is not None:
+        found = found[:max_detections]
+    detections = [det for _index, det in found]
+    if box_masks is not None and found:
+        # Each mask fills its box as answered (clipped to the image): GluonCV's fill breaks on a
+        # box that reaches far outside the image.
+        kept = [index for index, _det in found]
+        pixel_boxes = np.array([det["box"] for det in detections], dtype=np.float32)
+        for det, rle in zip(detections, image_masks(box_masks[kept], pixel_boxes, width, height)):
+            det["mask"] = rle
+    return detections
+
+
+def _clip(value, upper):
+    return float(min(max(float(value), 0.0), float(upper)))
+
+
+def one_line(exc):
+    """The first non-empty line of an exception's text (MXNet's run to many lines)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = next((line for line in lines if "Check failed" in line), lines[0] if lines else "")
+    return text or type(exc).__name__
+
+
+# --- evaluate: a model on labelled images ---------------------------------------------------------
+
+def labelled_results(model, samples):
+    """The model's detections on labelled images, for the evaluation report
+    (``core/eval_report.py``): one ImageResult per sample of ``samples``, an iterable of
+    ``(name, rgb, gt_boxes, gt_labels, gt_difficult, load)`` (corners in the image's pixels,
+    labels as indices into ``model.classes``; ``load``: () -> the pixels again, for the grid).
+    Every detection is kept (threshold 0, at most what the network answers), masks are not
+    computed."""
+    import numpy as np
+
+    from detector_training.core.eval_report import ImageResult
+
+    index = {name: i for i, name in enumerate(model.classes)}
+    results = []
+    for name, rgb, gt_boxes, gt_labels, gt_difficult, load in samples:
+        found = detect_image(model, rgb, threshold=0.0, masks=False)
+        results.append(ImageResult(
+            name=name, width=rgb.shape[1], height=rgb.shape[0], gt_boxes=gt_boxes, gt_labels=gt_labels,
+            gt_difficult=gt_difficult, boxes=np.array([d["box"] for d in found]).reshape((-1, 4)),
+            labels=[index[d["class"]] for d in found], scores=[d["score"] for d in found], load=load))
+    return results
+
+
+def dataset_samples(dataset):
+    """The samples ``labelled_results`` takes, from a dataset as the families read them (GluonCV's
+    protocol: item = (image NDArray, label rows [x0, y0, x1, y1, class, (difficult)], ...); a row
+    of class < 0 is a placeholder, no object)."""
+    import numpy as np
+
+    paths = getattr(dataset, "_paths", None)  # SubsetDataset's image files, for names only
+    for position in range(len(dataset)):
+        def load(position=position):
+            return dataset[position][0].asnumpy()
+
+        item = dataset[position]
+        label = np.asarray(item[1].asnumpy() if hasattr(item[1], "asnumpy") else item[1], dtype=np.float64)
+        if label.ndim != 2:  # an image without objects may come with an empty label
+            label = label.reshape((-1, 5))
+        label = label[label[:, 4] >= 0]
+        difficult = label[:, 5] > 0 if label.shape[1] > 5 else np.zeros(len(label), dtype=bool)
+        name = os.path.basename(str(paths[position])) if paths and position < len(paths) else "#%d" % position
+        yield name, item[0].asnumpy(), label[:, :4], label[:, 4].astype(int), difficult, load
+
+
+def labelled_set_samples(labelled, classes):
+    """The samples ``labelled_results`` takes, from a ``data/labelled.py`` LabelledSet (image
+    files decoded under this module's policy; class names to indices into ``classes``). A box of
+    a class outside ``classes`` is an InferenceError naming it and its image."""
+    import numpy as np
+
+    index = {name: i for i, name in enumerate(classes)}
+    for image in labelled.images:
+        unknown = sorted({box.label for box in image.boxes if box.label not in index})
+        if unknown:
+            raise InferenceError("%s: class %s is not one of the model's classes (%s)"
+                                 % (image.where or image.path, ", ".join(unknown), ", ".join(classes)))
+        rgb = read_image(image.path)
+        yield (os.path.basename(image.path), rgb,
+               np.array([[b.xmin, b.ymin, b.xmax, b.ymax] for b in image.boxes]).reshape((-1, 4)),
+               np.array([index[b.label] for b in image.boxes], dtype=int),
+               np.array([b.difficult for b in image.boxes], dtype=bool),
+               lambda path=image.path: read_image(path))
+
+
+def evaluate(model, samples, out_dir, size_ious=None):
+    """The model on labelled samples (``dataset_samples``, ``labelled_set_samples``): the
+    evaluation report (core/eval_report.py) written into ``out_dir``, at the validation's IoU and
+    the default score threshold; AP by size at ``size_ious`` (default: the validation IoU).
+    Returns ``(evaluation, {file: PNG bytes}, markdown)``."""
+    from detector_training.core.eval_report import VALIDATION_IOU, write_evaluation
+
+    return write_evaluation(out_dir, labelled_results(model, samples), model.classes, VALIDATION_IOU,
+                            DEFAULT_THRESHOLD, size_ious or (VALIDATION_IOU,))
