@@ -7,11 +7,11 @@ models and batch-transform images with them (SageMaker SDK v2).
 """
 
 from .deploy import DetectorPredictor, deploy, transform
-from .job import (JobSpec, LaunchError, build_estimator, hyperparameters_for, launch, manifest_inputs,
-                  processes_per_host)
+from .job import (JobSpec, LaunchError, build_estimator, check_data, check_inputs,
+                  hyperparameters_for, launch, manifest_inputs, processes_per_host)
 from .results import download_model, summary
 from .tuning import build_tuner
 
-__all__ = ["JobSpec", "LaunchError", "build_estimator", "hyperparameters_for", "launch", "manifest_inputs",
+__all__ = ["JobSpec", "LaunchError", "build_estimator", "check_data", "check_inputs", "hyperparameters_for", "launch", "manifest_inputs",
            "processes_per_host", "build_tuner", "download_model", "summary", "DetectorPredictor",
            "deploy", "transform"]

@@ -7,6 +7,7 @@
         --instance-type ml.c5.xlarge [--endpoint-name NAME] [--threshold 0.3]
     detector-launch transform --model s3://bucket/.../model.tar.gz --image IMAGE --role ROLE_ARN \\
         --instance-type ml.c5.xlarge --input s3://bucket/images/ --output s3://bucket/detections/
+    detector-launch check-data ./my-data [--hp classes=cat,dog]
 """
 
 import argparse
@@ -14,7 +15,7 @@ import json
 import sys
 
 from .deploy import deploy, transform
-from .job import JobSpec, LaunchError, launch, manifest_inputs
+from .job import JobSpec, LaunchError, check_data, launch, manifest_inputs
 
 
 def _pairs(items, what):
@@ -62,12 +63,35 @@ def serving_main(command, argv):
     return 0
 
 
+def check_data_main(argv):
+    """``check-data PATH``: the container's data check of a local folder, before uploading it."""
+    parser = argparse.ArgumentParser(prog="detector-launch check-data", description=(
+        "Check a local data folder before uploading it: the format found, images and objects "
+        "per class and split, what is left out and why, and what would stop the job."))
+    parser.add_argument("path", help="a folder of channels (train/, validation/, ...) or one "
+                                     "channel's folder")
+    parser.add_argument("--channel", help="the channel PATH is (default: found by recognition)")
+    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE",
+                        help="a hyperparameter of the job (dataset, classes, ...); repeatable")
+    args = parser.parse_args(argv)
+    try:
+        report = check_data(args.path, _pairs(args.hp, "--hp"), args.channel)
+    except LaunchError as exc:
+        print("detector-launch check-data: %s" % exc, file=sys.stderr)
+        return 2
+    sys.stdout.write(report.markdown())
+    return 0 if report.ok else 1
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("deploy", "transform"):
         return serving_main(argv[0], argv[1:])
+    if argv and argv[0] == "check-data":
+        return check_data_main(argv[1:])
     parser = argparse.ArgumentParser(description="Start a training job (SageMaker SDK v2); "
-                                     "'detector-launch deploy|transform --help' for serving its model.")
+                                     "'detector-launch deploy|transform --help' for serving its model, "
+                                     "'detector-launch check-data --help' for checking local data.")
     parser.add_argument("--image", required=True, help="image URI (or detector-training:cpu in local mode)")
     parser.add_argument("--role", required=True, help="execution role ARN")
     parser.add_argument("--instance-type", required=True, help="e.g. ml.p3.16xlarge, local, local_gpu")

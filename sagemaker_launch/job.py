@@ -6,9 +6,12 @@ anything is sent; metric definitions come from the container's single source
 """
 
 import dataclasses
+import logging
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from detector_training.data.formats import NOT_DATA
 from detector_training.job.config import LAUNCH_KEYS, from_hyperparameters, parse_hyperparameters
 from detector_training.job.config_file import CONFIG_CHANNEL, CONFIG_FILE_KEY
 from detector_training.errors import ConfigError
@@ -30,6 +33,7 @@ _GPUS = {
     "ml.g6e.16xlarge": 1, "ml.g6e.12xlarge": 4, "ml.g6e.24xlarge": 4, "ml.g6e.48xlarge": 8,
 }
 LOCAL_TYPES = ("local", "local_gpu")
+LOG = logging.getLogger("sagemaker_launch")
 
 
 class LaunchError(ValueError):
@@ -209,10 +213,50 @@ def _with_manifest_dataset(spec, inputs):
     return dataclasses.replace(spec, hyperparameters=dict(spec.hyperparameters, dataset="manifest"))
 
 
-def launch(spec, inputs, wait=True, logs=True, session=None):
+def local_folders(inputs):
+    """{channel: folder} of the inputs that are local folders (``file://`` URIs or paths)."""
+    found = {}
+    for channel, value in (inputs or {}).items():
+        if isinstance(value, str) and not value.startswith("s3://"):
+            path = value[len("file://"):] if value.startswith("file://") else value
+            if os.path.isdir(path):
+                found[channel] = path
+    return found
+
+
+def check_data(path, hyperparameters=None, channel=None):
+    """The container's data check (``detector-check-data``) of a local folder: a channels folder
+    or one channel's (``channel`` names it); returns its DataReport (``.ok``, ``.problems``,
+    ``.markdown()``). Runs without MXNet."""
+    from detector_training.job.check_data import check
+
+    return check(path, hyperparameters, channel)
+
+
+def check_inputs(spec, inputs):
+    """The data check of the inputs that are local folders, checked together as the job's
+    channels; None when there is none. A LaunchError listing the problems when the job would not
+    start on them."""
+    from detector_training.job.check_data import check_channels
+
+    folders = {name: path for name, path in local_folders(inputs).items() if name not in NOT_DATA}
+    if not folders:
+        return None
+    report = check_channels(folders, spec.hyperparameters)
+    for line in report.log_lines():
+        LOG.info("data check: %s", line)
+    if not report.ok:
+        raise LaunchError("the data check found what would stop the job: %s (launch(..., "
+                          "data_check=False) skips the check)." % " ".join(p.text() for p in report.problems))
+    return report
+
+
+def launch(spec, inputs, wait=True, logs=True, session=None, data_check=True):
     """Build the estimator and start the job. ``inputs``: channel name -> S3 or file:// URI
     (``voc``, ``coco``, ``train``; optional ``pretrained`` and ``model``), or the TrainingInputs
-    of :func:`manifest_inputs`. Returns the estimator."""
+    of :func:`manifest_inputs`. With ``data_check``, inputs that are local folders are checked
+    first (:func:`check_inputs`): a problem is a LaunchError before anything starts. Returns the
+    estimator."""
     if not inputs and not spec.hyperparameters.get("data_s3_uri"):
         raise LaunchError(
             "no input channels and no data_s3_uri: the job would have no data. Pass a data channel: "
@@ -222,6 +266,8 @@ def launch(spec, inputs, wait=True, logs=True, session=None):
             "file:// URIs in local mode. Or set the hyperparameter data_s3_uri to where the VOC "
             "tars are.")
     spec = _with_manifest_dataset(spec, inputs or {})
+    if data_check:
+        check_inputs(spec, inputs)
     estimator = build_estimator(spec, session, config_channel=CONFIG_CHANNEL in (inputs or {}))
     estimator.fit(inputs or None, wait=wait, logs="All" if (logs and wait) else "None")
     return estimator

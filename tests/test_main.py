@@ -126,7 +126,7 @@ class ToyFamily:
 
 def make_env(tmp_path, model_channel=None):
     return SimpleNamespace(
-        paths=SimpleNamespace(model_dir=str(tmp_path / "model"),
+        paths=SimpleNamespace(model_dir=str(tmp_path / "model"), channels_dir=str(tmp_path),
                               tensorboard_dir=str(tmp_path / "output" / "tensorboard")),
         checkpoint_dir=str(tmp_path / "checkpoints"), work_dir=str(tmp_path / "work"),
         stop_file=str(tmp_path / "work" / "stop-requested"), pretrained_dirs=(), environ={},
@@ -218,6 +218,30 @@ def test_read_data_hands_the_root_to_the_family_and_logs_the_sizes(tmp_path, cap
     assert family.calls == [("read_datasets", str(tmp_path / "coco"))]
     assert datasets.classes == CLASSES
     assert "data: 4 training images, 3 validation images, classes=a,b" in caplog.text
+
+
+def test_read_data_writes_the_data_report_of_what_the_job_reads(tmp_path, caplog):
+    from detector_training.data.synthetic_coco import generate
+
+    generate(str(tmp_path / "coco"), 4, 2, seed=2)
+    with caplog.at_level(logging.INFO, logger="detector_training"):
+        main.read_data(make_config(dataset="coco"), make_env(tmp_path), World(), ToyFamily())
+    assert sorted(os.listdir(tmp_path / "model")) == ["data_report.md", "data_report.png"]
+    report = (tmp_path / "model" / "data_report.md").read_text()
+    assert "dataset=coco" in report and "## Training: COCO-format JSON" in report
+    assert "data check: training: COCO-format JSON" in caplog.text
+
+
+def test_a_data_report_that_cannot_be_made_leaves_the_job_going(tmp_path, caplog, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(main.check_data, "describe", broken)
+    with caplog.at_level(logging.INFO, logger="detector_training"):
+        datasets = main.read_data(make_config(dataset="coco"), make_env(tmp_path), World(),
+                                  ToyFamily())
+    assert datasets.classes == CLASSES
+    assert "data check: no report (RuntimeError: disk full)" in caplog.text
 
 
 def test_num_classes_other_than_the_datas_stops_before_the_network_is_built(tmp_path):

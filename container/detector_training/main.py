@@ -36,6 +36,7 @@ from detector_training.core.start_model import start_from_channel
 from detector_training.data.loaders import close_loader
 from detector_training.data.samplers import steps_per_epoch
 from detector_training.errors import ConfigError
+from detector_training.job import check_data
 from detector_training.job.config_file import load_config
 from detector_training.job.failure import report_failure
 from detector_training.job.guards import adapt_workers, check_gpu_runs, gpu_count
@@ -158,7 +159,8 @@ def seed_everything(seed, rank):
 # --- 2. data: once per host (local rank 0 fetches, verifies and extracts; the others wait) ----
 
 def read_data(config, env, world, family):
-    datasets = family.read_datasets(config, data_root(config, env, world))
+    root = data_root(config, env, world)
+    datasets = family.read_datasets(config, root)
     if config.num_classes is not None and len(datasets.classes) != config.num_classes:
         raise ConfigError("num_classes=%d, but the training data has %d classes (%s)."
                           % (config.num_classes, len(datasets.classes), ",".join(datasets.classes)),
@@ -167,7 +169,21 @@ def read_data(config, env, world, family):
     if world.is_main:
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
+        report_data(config, env, root)
     return datasets
+
+
+def report_data(config, env, root):
+    """The data check of what this job read, into the log and the model directory (its
+    data_report.md and .png); the job goes on whatever it says (the data was read already)."""
+    try:
+        fmt = formats.get(config.dataset)
+        report = check_data.DataReport(env.paths.channels_dir, config.dataset, "the job's dataset")
+        check_data.describe(report, fmt, fmt.labelled_root(root, env.paths.channels_dir), config)
+        report.log()
+        check_data.write_report(report, env.paths.model_dir)
+    except Exception as exc:  # pylint: disable=broad-except
+        LOG.warning("data check: no report (%s: %s)", type(exc).__name__, exc)
 
 
 def data_root(config, env, world):

@@ -108,6 +108,10 @@ def test_a_registered_toy_format_is_recognised_and_trains_through_the_ordinary_j
     model = os.path.join(base, "model")
     assert json.load(open(os.path.join(model, "config.json")))["dataset"] == "toycsv"
     assert 0.0 <= json.load(open(os.path.join(model, "validation.json")))["mAP"] <= 1.0
+    report = open(os.path.join(model, "data_report.md")).read()  # the job's data check
+    assert "## Training: toy CSV in 'train'\n\n6 images" in report
+    assert "## Validation: toy CSV in 'validation'\n\n2 images" in report
+    assert os.path.isfile(os.path.join(model, "data_report.png"))
 
 
 def test_without_registration_the_toy_data_is_not_recognised(tmp_path, restored_logging):

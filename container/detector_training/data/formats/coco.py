@@ -92,6 +92,82 @@ class COCO(DataFormat):
                 return _export_datasets(config, data_root, self.channels, instances)
         return _coco_datasets(config, data_root, instances)
 
+    def labelled(self, channels_dir, split, config):
+        """The annotation file that ``read`` reads for ``split``, as a LabelledSet: sizes from
+        the image entries, crowd boxes left out as in training."""
+        from detector_training.data.coco_format import (annotation_file, category_names,
+                                                        find_coco_root, image_paths,
+                                                        named_annotation_file, read_document)
+
+        kind = "train" if split == "train" else "val"
+        if not config.train_annotation_file:
+            channel = coco_exports.training_channel(channels_dir, self.channels)
+            if channel and _holds_export(channel, config):
+                exports = coco_exports.locate(channels_dir, self.channels)
+                export = exports[0] if kind == "train" else exports[1]
+                return None if export is None else coco_exports.read_labelled(export, channels_dir)
+        if config.train_annotation_file:
+            root, name, path = named_annotation_file(
+                channels_dir, kind, getattr(config, kind + "_annotation_file"),
+                getattr(config, kind + "_image_dir"))
+        else:
+            channel = next((os.path.join(channels_dir, c) for c in self.channels
+                            if os.path.isdir(os.path.join(channels_dir, c))), None)
+            if channel is None:
+                return None
+            name = (config.train_splits if kind == "train" else config.val_splits)[0]
+            root = find_coco_root(channel, name)
+            path = annotation_file(root, name)
+        document = read_document(path)
+        return _labelled_document(document, category_names(document, path), path,
+                                  lambda entry: image_paths(root, name, entry))
+
+
+def _labelled_document(document, names, path, candidates):
+    """A COCO document's images and boxes ([x, y, width, height] in pixels) as a LabelledSet;
+    an image file found at none of its ``candidates`` is a DataError naming it."""
+    from detector_training.data.labelled import Box, LabelledImage, LabelledSet
+
+    by_id = {c["id"]: c["name"] for c in document["categories"]}
+    labelled = LabelledSet(classes=names, layout="COCO-format JSON %s" % path)
+    images, listed = {}, {}
+
+    def exists(candidate):  # one listing per folder, not a stat per image
+        folder, name = os.path.split(candidate)
+        if folder not in listed:
+            try:
+                listed[folder] = set(os.listdir(folder))
+            except OSError:
+                listed[folder] = set()
+        return name in listed[folder]
+
+    for entry in document["images"]:
+        options = candidates(entry)
+        found = next((p for p in options if exists(p)), None)
+        if found is None:
+            raise DataError("%s: image %s (%s) is at none of %s." % (
+                path, entry["id"], entry.get("file_name") or entry.get("coco_url"),
+                ", ".join(options)), "put the image where file_name says, or remove its entry.")
+        image = LabelledImage(found, size=(entry["width"], entry["height"]),
+                              where="%s image %s" % (path, entry["id"]))
+        images[entry["id"]] = image
+        labelled.images.append(image)
+    for number, ann in enumerate(document["annotations"]):
+        where = "%s annotation %s" % (path, ann.get("id", number))
+        image = images.get(ann["image_id"])
+        x, y, w, h = (list(ann["bbox"]) + [0, 0, 0, 0])[:4]
+        if image is None:
+            labelled.drops.add("annotation of an image not listed", where)
+        elif ann.get("iscrowd"):
+            labelled.drops.add("crowd box (left out of training)", where)
+        elif w <= 0 or h <= 0:
+            labelled.drops.add("box with no area", where)
+        else:
+            image.boxes.append(Box(x, y, x + w, y + h, by_id.get(ann["category_id"],
+                                                                 str(ann["category_id"])),
+                                   where=where))
+    return labelled
+
 
 def _holds_export(channel, config):
     """Whether ``channel`` holds a tool's export and not GluonCV's layout of ``train_splits``."""

@@ -115,6 +115,20 @@ class DataFormat:
     def read(self, config, data_root, instances=False):
         raise NotImplementedError
 
+    def labelled(self, channels_dir, split, config):
+        """For the data check: ``split``'s ("train" or "validation") labelled images as a
+        :class:`~detector_training.data.labelled.LabelledSet`, read from ``channels_dir`` (a
+        folder laid out as the job's channels) without MXNet and without decoding an image; None
+        when the data has no such split. A broken file is a DataError naming it. The base raises
+        NotImplementedError: the format's data is described only when the job reads it."""
+        raise NotImplementedError
+
+    def labelled_root(self, data_root, channels_dir):
+        """The folder ``labelled`` reads in a job whose ``data_root`` the format gave: the
+        channels folder, or where the format's data_root lays the channels out (a Pipe-mode
+        copy)."""
+        return channels_dir
+
     def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
         """Generated sample data in this format under ``channels_dir`` (``make run``, tests)."""
         raise DataError("dataset=%s has no generated sample data." % self.name,
@@ -151,6 +165,12 @@ class LabelledFormat(DataFormat):
 
     def read_labelled(self, data_root, split, config):
         raise NotImplementedError
+
+    def labelled(self, channels_dir, split, config):
+        return self.read_labelled(channels_dir, split, config)
+
+    def labelled_root(self, data_root, channels_dir):
+        return data_root
 
     def channel_path(self, data_root, split):
         """The folder of ``split`` ("train": the first existing of the training channels;

@@ -35,6 +35,35 @@ class GroundTruthManifest(DataFormat):
     def read(self, config, data_root, instances=False):
         return _manifest_datasets(config, data_root)
 
+    def labelled_root(self, data_root, channels_dir):
+        return data_root
+
+    def labelled(self, channels_dir, split, config):
+        """The split's manifest lines as a LabelledSet: class names from the class maps (else
+        ``classes`` in id order, else the ids), images matched in the ``images`` channel when
+        there is one (else their source-refs)."""
+        from detector_training.data.labelled import Box, LabelledImage, LabelledSet
+
+        names = (manifest.MANIFEST_CHANNELS if split == "train"
+                 else (manifest.VALIDATION_CHANNEL,))
+        folder = manifest.channel_in(channels_dir, names)
+        if folder is None:
+            return None
+        entries = manifest.read_entries(folder, config.label_attribute)
+        id_names = manifest.merge_class_maps(entries) or dict(enumerate(config.classes))
+        images = os.path.join(channels_dir, manifest.IMAGES_CHANNEL)
+        paths = (manifest.match_images(entries, images) if os.path.isdir(images)
+                 else [entry.source_ref for entry in entries])
+        labelled = LabelledSet(classes=tuple(id_names[i] for i in sorted(id_names)),
+                               layout="Ground Truth manifest in channel '%s'"
+                               % os.path.basename(folder))
+        for entry, path in zip(entries, paths):
+            labelled.images.append(LabelledImage(
+                path, size=(entry.width, entry.height), where=entry.where,
+                boxes=[Box(*box[:4], label=id_names.get(box[4], str(box[4])), where=entry.where)
+                       for box in entry.boxes]))
+        return labelled
+
 
 def _manifest_datasets(config, root):
     """A Ground Truth manifest's data (see manifest.py) under ``root``: the ``train`` (or

@@ -287,7 +287,7 @@ def _labelimg(directory):
 def find_export(directory):
     """The VOC XML export in ``directory`` (the first of: VOCdevkit tree, CVAT/VOC folders,
     Roboflow, labelImg), or None when it holds no Pascal VOC annotation."""
-    if not _real_dir(directory):
+    if not os.path.isdir(directory):  # the channel itself may be a link (the data check links it)
         return None
     for finder in (_devkit, _voc_folders, _roboflow, _labelimg):
         found = finder(directory)
