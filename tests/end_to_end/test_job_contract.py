@@ -182,13 +182,18 @@ def test_sigterm_mid_epoch_checkpoints_and_the_next_run_resumes(job_dir, process
 
 
 def test_a_failing_rank_ends_the_two_rank_job_quickly_with_its_reason(job_dir):
-    # One training image is missing: whichever rank reads it fails; mpirun must end the other,
-    # which would otherwise wait in an allreduce forever.
+    # One training image cannot be decoded (a GIF under its .jpg name: its header reads, so the
+    # data is accepted, but the loader's decoder refuses it): whichever rank reads it fails; mpirun
+    # must end the other, which would otherwise wait in an allreduce forever. (A missing image is
+    # left out and counted when the data is read, so it no longer fails a rank.)
     base = make_job(job_dir, {"epochs": "3", "batch_size": "2", "processes_per_host": "2"},
                     n_train=12, n_test=2)
     voc = os.path.join(base, "input", "data", "voc", "VOCdevkit", "VOC2007")
     first = open(os.path.join(voc, "ImageSets", "Main", "trainval.txt")).read().split()[3]
-    os.remove(os.path.join(voc, "JPEGImages", first + ".jpg"))
+    from PIL import Image
+
+    image = os.path.join(voc, "JPEGImages", first + ".jpg")
+    Image.open(image).convert("RGB").save(image, format="GIF")
     result = run_train(base, timeout=600)
     assert result.returncode != 0
     # Ended once a rank failed: the time from the failure to the end of `train` is below the time
