@@ -91,7 +91,7 @@ def test_good_job_with_sdk_style_json_quoted_hyperparameters(job_dir):
 
 @pytest.mark.parametrize("hps, words", [
     ({"epochs": "many"}, ["epochs=many", "expected an integer"]),
-    ({"learning_rate": "0.1"}, ["unknown hyperparameter 'learning_rate'"]),
+    ({"learn_rate": "0.1"}, ["unknown hyperparameter 'learn_rate'"]),
     ({"lr": "0"}, ["lr=0", "(0, 10]"]),
     ({"mixup": "perhaps"}, ["mixup=perhaps", "boolean"]),
     ({"lr_decay_epoch": "20,14"}, ["lr_decay_epoch=20,14", "strictly increasing"]),
