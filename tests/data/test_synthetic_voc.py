@@ -14,7 +14,7 @@ def test_generated_voc_reads_with_gluoncv(tmp_path):
     data = build_datasets(config, str(tmp_path))
     assert len(data.train) == 10 and len(data.val) == 3
     img, label = data.train[0]
-    assert img.shape[2] == 3 and label.shape[1] == 5  # box, class (LabelledFormat keeps no difficult)
+    assert img.shape[2] == 3 and label.shape[1] == 6  # box, class, difficult
     assert (label[:, 4] >= 0).all() and (label[:, 4] < len(data.classes)).all()
     assert len(data.aspect_ratios) == 10
     for i in (0, 9):

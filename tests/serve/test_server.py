@@ -164,7 +164,7 @@ def tiny_test_size(data):  # loads, but the RPN's proposal counts do not fit 2-p
 @pytest.mark.parametrize("broken, status, words", [
     ({"model-0000.params": lambda data: None}, 2, "lacks model-0000.params"),
     ({"classes.json": lambda data: b"{not json"}, 2, "classes.json is not valid JSON"),
-    ({"config.json": network_is("ssd_512_resnet50_v1_voc")}, 2, "'ssd_512_resnet50_v1_voc', which this image does not serve"),
+    ({"config.json": network_is("center_net_resnet18_v1b_voc")}, 2, "'center_net_resnet18_v1b_voc', which this image does not serve"),
     ({"model-0000.params": lambda data: data[:100]}, 3, "cannot load the exported network"),
     ({"config.json": tiny_test_size}, 3, "its warm-up forward pass failed (MXNetError"),
 ], ids=["missing-file", "bad-json", "other-family", "corrupt-params", "forward-fails"])

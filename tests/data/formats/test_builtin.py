@@ -52,7 +52,7 @@ def test_the_image_format_reads_into_datasets_with_its_class_names(tmp_path):
     assert (len(datasets.train), len(datasets.val)) == (5, 2)
     assert isinstance(datasets.train.base, LabelledDetection)
     image, label = datasets.train[0]
-    assert image.shape == (48, 64, 3) and label.tolist() == [[16, 12, 33, 25, 0]]
+    assert image.shape == (48, 64, 3) and label.tolist() == [[16, 12, 33, 25, 0, 0]]
     assert datasets.aspect_ratios == [64 / 48.0] * 5
 
 

@@ -119,3 +119,27 @@ def test_custom_generates_the_sample_vocdevkit_that_it_then_recognises(tmp_path)
     channel = tmp_path / "voc"
     assert (channel / "VOCdevkit" / "VOC2007" / "Annotations").is_dir()
     assert fmt.recognise(Channel("voc", str(channel))) == "VOCdevkit/VOC2007"
+
+
+def test_an_object_ticked_difficult_in_labelimg_is_kept_and_no_metric_counts_it(tmp_path):
+    from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
+
+    made = exports.labelimg_beside(str(_channels(tmp_path) / "train"), count=6)
+    photo = next(photo for photo in made if len(photo.objects) > 1)
+    path = _channels(tmp_path) / "train" / "photos" / (photo.stem + ".xml")
+    path.write_text(path.read_text().replace("<difficult>0</difficult>", "<difficult>1</difficult>", 1))
+    datasets = build_datasets(_config(val_fraction="0.5", seed="0"), str(_channels(tmp_path)))
+    labels = {}
+    for split in (datasets.train, datasets.val):
+        for i in range(len(split)):
+            label = split[i][1]
+            labels[tuple(map(tuple, label[:, :4].tolist()))] = label
+    ticked = [label for label in labels.values() if (label[:, 5] == 1).any()]
+    assert len(ticked) == 1 and (ticked[0][:, 5] == 1).sum() == 1
+    assert set(np.concatenate([label[:, 5] for label in labels.values()]).tolist()) == {0.0, 1.0}
+    # the VOC metric ignores it: finding only the other objects scores a full AP
+    label, found = ticked[0], ticked[0][ticked[0][:, 5] == 0]
+    metric = VOC07MApMetric(iou_thresh=0.5, class_names=datasets.classes)
+    metric.update(found[None, :, :4], found[None, :, 4:5], np.ones((1, len(found), 1)),
+                  label[None, :, :4], label[None, :, 4:5], label[None, :, 5:6])
+    assert metric.get()[1][-1] == pytest.approx(1.0)

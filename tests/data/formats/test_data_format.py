@@ -65,7 +65,7 @@ def test_classes_in_the_asked_order_others_dropped_and_counted(tmp_path, caplog)
     assert len(data.train) == 1 and len(data.val) == 1  # b.jpg has only a bird: left out
     picture, label = data.train[0]
     assert picture.shape == (20, 40, 3)
-    assert label.tolist() == [[1, 2, 10, 12, 1], [3, 4, 20, 18, 0]]
+    assert label.tolist() == [[1, 2, 10, 12, 1, 0], [3, 4, 20, 18, 0, 0]]
     assert data.aspect_ratios == [2.0] and data.val_aspect_ratios == [0.5]
     assert "data: given training: the test's layout, 2 images, objects per class: cat 1, dog 1" \
         in caplog.text
@@ -85,8 +85,8 @@ def test_without_classes_the_sets_class_names_and_negatives_kept(tmp_path):
     assert data.classes == ("zebra", "ant")  # the declared order, not sorted
     assert len(data.train) == 2
     picture, label = data.train[1]
-    assert picture.shape == (32, 32, 3) and label.tolist() == [[-1] * 5]  # a negative
-    assert data.val[0][1].tolist() == [[1, 1, 5, 5, 1]]
+    assert picture.shape == (32, 32, 3) and label.tolist() == [[-1] * 6]  # a negative
+    assert data.val[0][1].tolist() == [[1, 1, 5, 5, 1, 0]]
 
 
 def test_without_validation_data_a_seeded_split_is_carved(tmp_path, caplog):

@@ -51,6 +51,8 @@ from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
+# A label row: corners in the image's pixels, class index, difficult (1: no metric counts it).
+LABEL_COLUMNS = 6
 
 # Hyperparameters that only some formats take; each format lists those it takes in ``options``.
 FORMAT_OPTIONS = ("label_attribute", "train_annotation_file", "val_annotation_file")
@@ -225,11 +227,12 @@ class LabelledFormat(DataFormat):
             rows = []
             for box in image.boxes:
                 if box.label in index:
-                    rows.append([box.xmin, box.ymin, box.xmax, box.ymax, index[box.label]])
+                    rows.append([box.xmin, box.ymin, box.xmax, box.ymax, index[box.label],
+                                 float(box.difficult)])
                 else:
                     drops.add("object of a class not trained (%s)" % box.label,
                               box.where or image.where or image.path)
-            labels.append(np.asarray(rows, dtype="float32") if rows else negative_label())
+            labels.append(np.asarray(rows, dtype="float32") if rows else negative_label(LABEL_COLUMNS))
         empty = {i for i, rows in enumerate(labels) if rows[0, 4] < 0}
         log_empty(what, len(empty), len(labels), skip_empty)
         if len(empty) == len(labels):
@@ -270,7 +273,8 @@ class LabelledFormat(DataFormat):
 
 class LabelledDetection:
     """Images and label rows as GluonCV's detection readers give them: ``dataset[i]`` is
-    ``(image NDArray HxWx3 RGB, label float32 rows [x1, y1, x2, y2, class])``; an image without
+    ``(image NDArray HxWx3 RGB, label float32 rows [x1, y1, x2, y2, class, difficult])`` (the
+    columns of GluonCV's VOC reader: a difficult object is one no metric counts); an image without
     boxes (a negative) has the placeholder row of ``negatives.negative_label``."""
 
     def __init__(self, paths, labels, classes):
