@@ -13,6 +13,7 @@ Usage: python benchmarks/engine_overhead.py [--rounds 3] [--images 48] [--json o
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -38,8 +39,9 @@ HPS = {"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom", "pretrain
        "train_splits": "2007_trainval", "log_interval": "10", "epochs": "1000"}
 
 
-def setup(root, num_workers, n_images):
-    config = from_hyperparameters(dict(HPS, num_workers=str(num_workers)))
+def setup(root, num_workers, n_images, hps=HPS):
+    """The network, loader and trainer of a job with ``hps`` reading the data at ``root``."""
+    config = from_hyperparameters(dict(hps, num_workers=str(num_workers)))
     data = build_datasets(config, root)
     dist = SingleProcess()
     per_rank = config.per_rank_batch(1)
@@ -78,7 +80,7 @@ def engine_loop(config, dist, net, loader, sampler, mixup, trainer, per_rank, st
                     step=step, loader=loader, steps=steps, per_rank_batch=per_rank,
                     loss_names=family.loss_names, metric_names=family.metric_names,
                     position=Position(epoch=epoch), hooks=hooks)
-    engine.config = from_hyperparameters(dict(HPS, epochs=str(epoch + 1)))
+    engine.config = dataclasses.replace(config, epochs=epoch + 1)  # this epoch is the last
     start = time.perf_counter()
     engine.run()
     elapsed = time.perf_counter() - start
