@@ -177,3 +177,22 @@ def test_model_files_come_from_a_directory_or_a_tarball_and_prefer_the_final_par
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="holds no model"):
         evaluate.model_files(str(tmp_path / "empty"), str(tmp_path))
+
+
+def test_data_in_another_format_with_a_subset_of_the_classes_is_scored_with_a_warning(trained, tmp_path):
+    import exports
+
+    trained_base, _ = trained
+    base = str(tmp_path / "opt_ml")
+    exports.job(base, {"mode": "evaluate", "num_workers": "0"},
+                {"test": lambda folder: exports.ultralytics_yolo(folder, train=2, val=3)})
+    shutil.copytree(os.path.join(trained_base, "model"), os.path.join(base, "input", "data", "model"))
+    result = run_command("train", base)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "dataset=yolo recognised in channel 'test'" in result.stdout
+    assert "the test data has 2 of the model's 3 classes; triangle has no labelled object" in result.stdout
+    evaluation = read_evaluation(base)
+    assert evaluation["dataset"] == "yolo" and evaluation["classes_without_data"] == ["triangle"]
+    assert evaluation["images"] == 3  # the export's validation split, as a training job validates
+    assert set(evaluation["per_class"]) == {"circle", "square", "triangle"}
+    assert os.path.isfile(os.path.join(base, "model", "precision_recall.png"))
