@@ -100,13 +100,33 @@ def evaluation_config(config, env, model):
     for key in MODEL_KEYS:
         if model.config.get(key) is not None:
             values[key] = json.dumps(model.config[key])
-    values.update(classes=json.dumps(model.classes), val_fraction="0", final_fit="false",
-                  skip_empty="false")
+    values.update(val_fraction="0", final_fit="false", skip_empty="false")
+    if takes_class_list(config, model.classes):  # label rows then index the model's classes
+        values["classes"] = json.dumps(model.classes)
     values.pop("num_classes", None)  # the model's classes are the list
     # Formats read a training split too: let it be the data to score (a VOCdevkit's or a COCO
     # tree's validation split; the staged channel for the others), so nothing else is needed.
     values["train_splits"] = json.dumps(list(config.val_splits or ()))
     return from_hyperparameters(values)
+
+
+def takes_class_list(config, classes):
+    """Whether the data format takes a class list (the ``classes`` hyperparameter): not one
+    whose classes are fixed (voc), whose rules then refuse it."""
+    fmt = formats.get(config.dataset)
+    return len(fmt.check_config(dataclasses.replace(config, classes=tuple(classes)))) == \
+        len(fmt.check_config(dataclasses.replace(config, classes=())))
+
+
+def check_fixed_classes(data_classes, model_classes):
+    """A format with its own fixed class list (voc): its label rows index that list, so the
+    model's must be the same, in the same order."""
+    if list(data_classes) != list(model_classes):
+        raise DataError("the test data's classes (%s) do not match the model's (%s)."
+                        % (", ".join(data_classes), ", ".join(model_classes)),
+                        "score a model trained on this dataset, or give the data in a format "
+                        "that names its classes (custom, coco, yolo) with the 'dataset' "
+                        "hyperparameter.")
 
 
 def check_classes(data_classes, model_classes):
@@ -174,6 +194,8 @@ def run_evaluation(config, env, dist, ctx):
         found = data_classes(config, root)
         missing = check_classes(found, model.classes) if found is not None else []
         datasets = family.read_datasets(config, root)
+        if found is None and not takes_class_list(config, model.classes):
+            check_fixed_classes(datasets.classes, model.classes)
         if world.is_main:
             LOG.info("evaluation: model %s (%s, classes %s) on %d image(s) of dataset=%s",
                      model.params, config.network, ",".join(model.classes), len(datasets.val),
