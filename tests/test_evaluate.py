@@ -196,3 +196,14 @@ def test_data_in_another_format_with_a_subset_of_the_classes_is_scored_with_a_wa
     assert evaluation["images"] == 3  # the export's validation split, as a training job validates
     assert set(evaluation["per_class"]) == {"circle", "square", "triangle"}
     assert os.path.isfile(os.path.join(base, "model", "precision_recall.png"))
+
+
+def test_a_format_with_fixed_classes_takes_no_class_list_and_needs_the_models_to_be_its_own():
+    from detector_training.job.config import from_hyperparameters
+
+    voc, custom = (from_hyperparameters({"dataset": name}) for name in ("voc", "custom"))
+    assert not evaluate.takes_class_list(voc, ["cat", "dog"])
+    assert evaluate.takes_class_list(custom, ["cat", "dog"])
+    evaluate.check_fixed_classes(["cat", "dog"], ["cat", "dog"])
+    with pytest.raises(DataError, match=r"classes \(cat, dog\) do not match the model's \(dog, cat\)"):
+        evaluate.check_fixed_classes(["cat", "dog"], ["dog", "cat"])  # label rows index the order

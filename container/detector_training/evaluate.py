@@ -28,7 +28,7 @@ from detector_training.core import archive
 from detector_training.core.eval_report import COCO_IOUS
 from detector_training.core.evaluation import validate
 from detector_training.core.files import write_json
-from detector_training.core.model_dir import (BEST_PARAMS, CONFIG_FILE, EXPORT_FILES, FINAL_PARAMS,
+from detector_training.core.model_dir import (BEST_PARAMS, EXPORT_FILES, FINAL_PARAMS,
                                               extract_model, read_export, shallowest_with)
 from detector_training.data import formats
 from detector_training.errors import DataError, ModelError
