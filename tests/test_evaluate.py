@@ -207,3 +207,30 @@ def test_a_format_with_fixed_classes_takes_no_class_list_and_needs_the_models_to
     evaluate.check_fixed_classes(["cat", "dog"], ["cat", "dog"])
     with pytest.raises(DataError, match=r"classes \(cat, dog\) do not match the model's \(dog, cat\)"):
         evaluate.check_fixed_classes(["cat", "dog"], ["dog", "cat"])  # label rows index the order
+
+
+def test_coco_format_data_is_scored_by_cocos_metric_as_its_training_validated(tmp_path):
+    """COCO-format data (recognised in the test channel): the COCO mAP of the training job."""
+    hyperparameters = {"dataset": "coco", "train_splits": "instances_train2017",
+                       "val_splits": "instances_val2017", "epochs": "1", "batch_size": "2"}
+    trained_base = make_job(tmp_path / "job", hyperparameters, n_train=4, n_test=2)
+    result = run_rank_job(trained_base, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(os.path.join(trained_base, "model", "validation.json")) as handle:
+        validation = json.load(handle)
+    base = str(tmp_path / "opt_ml")
+    os.makedirs(os.path.join(base, "input", "config"))
+    shutil.copytree(os.path.join(trained_base, "model"), os.path.join(base, "input", "data", "model"))
+    (channel,) = os.listdir(os.path.join(trained_base, "input", "data"))
+    shutil.copytree(os.path.join(trained_base, "input", "data", channel),
+                    os.path.join(base, "input", "data", "test"))
+    with open(os.path.join(base, "input", "config", "hyperparameters.json"), "w") as handle:
+        json.dump({"mode": "evaluate", "num_workers": "0", "val_splits": "instances_val2017"}, handle)
+    result = run_command("train", base)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "dataset=coco recognised in channel 'test'" in result.stdout
+    evaluation = read_evaluation(base)
+    assert evaluation["dataset"] == "coco" and evaluation["images"] == validation["images"] == 2
+    assert evaluation["mAP"] == pytest.approx(validation["mAP"], abs=1e-9)
+    assert evaluation["AP50"] == pytest.approx(validation["AP50"], abs=1e-9)
+    assert os.path.isfile(os.path.join(base, "model", "ap_by_size.csv"))
