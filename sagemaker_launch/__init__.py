@@ -7,6 +7,7 @@ models and batch-transform images with them (SageMaker SDK v2).
 """
 
 from .deploy import DetectorPredictor, deploy, transform
+from .evaluation import compare, evaluate, read_evaluation
 from .job import (JobSpec, LaunchError, build_estimator, check_data, check_inputs,
                   hyperparameters_for, launch, manifest_inputs, processes_per_host)
 from .results import download_model, summary
@@ -14,4 +15,4 @@ from .tuning import build_tuner
 
 __all__ = ["JobSpec", "LaunchError", "build_estimator", "check_data", "check_inputs", "hyperparameters_for", "launch", "manifest_inputs",
            "processes_per_host", "build_tuner", "download_model", "summary", "DetectorPredictor",
-           "deploy", "transform"]
+           "deploy", "transform", "evaluate", "compare", "read_evaluation"]

@@ -8,6 +8,9 @@
     detector-launch transform --model s3://bucket/.../model.tar.gz --image IMAGE --role ROLE_ARN \\
         --instance-type ml.c5.xlarge --input s3://bucket/images/ --output s3://bucket/detections/
     detector-launch check-data ./my-data [--hp classes=cat,dog]
+    detector-launch evaluate --model s3://bucket/.../model.tar.gz --test s3://bucket/test-data/ \\
+        --image IMAGE --role ROLE_ARN --instance-type ml.g5.xlarge [--hp dataset=yolo]
+    detector-launch compare last/evaluation.json new/evaluation.json [--output compare.png]
 """
 
 import argparse
@@ -15,6 +18,7 @@ import json
 import sys
 
 from .deploy import deploy, transform
+from .evaluation import compare, evaluate
 from .job import JobSpec, LaunchError, check_data, launch, manifest_inputs
 
 
@@ -83,8 +87,58 @@ def check_data_main(argv):
     return 0 if report.ok else 1
 
 
+def evaluate_main(argv):
+    """``evaluate``: a trained model scored on labelled data, no training (mode=evaluate)."""
+    parser = argparse.ArgumentParser(prog="detector-launch evaluate", description=(
+        "Score a trained model on labelled data without training: evaluation.json and the "
+        "evaluation report in the job's model.tar.gz."))
+    parser.add_argument("--model", required=True, help="the model.tar.gz a training job wrote (s3://, or file:// in local mode)")
+    parser.add_argument("--test", required=True, help="the labelled data (any format a training job reads)")
+    parser.add_argument("--image", required=True, help="the detector-training image")
+    parser.add_argument("--role", required=True, help="execution role ARN")
+    parser.add_argument("--instance-type", required=True, help="e.g. ml.g5.xlarge, ml.c5.xlarge, local")
+    parser.add_argument("--instance-count", type=int, default=1)
+    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE",
+                        help="a hyperparameter of the data (dataset, classes, val_splits, ...); repeatable")
+    parser.add_argument("--output-path", help="where SageMaker writes the job's model.tar.gz")
+    parser.add_argument("--no-wait", action="store_true", help="return once the job is created")
+    args = parser.parse_args(argv)
+    try:
+        estimator = evaluate(args.model, args.test, args.image, args.role, args.instance_type,
+                             instance_count=args.instance_count, hyperparameters=_pairs(args.hp, "--hp"),
+                             wait=not args.no_wait, output_path=args.output_path)
+    except LaunchError as exc:
+        print("detector-launch evaluate: %s" % exc, file=sys.stderr)
+        return 2
+    job = estimator.latest_training_job
+    print(json.dumps({"job_name": job.name if job else None,
+                      "model_data": estimator.model_data if not args.no_wait else None}))
+    return 0
+
+
+def compare_main(argv):
+    """``compare A B``: two evaluations side by side."""
+    parser = argparse.ArgumentParser(prog="detector-launch compare", description=(
+        "Print two evaluations (evaluation.json, or the folders holding them) side by side: "
+        "mAP and per-class AP, and the difference B - A."))
+    parser.add_argument("a", help="the first evaluation.json (or its folder)")
+    parser.add_argument("b", help="the second")
+    parser.add_argument("--output", help="also draw the comparison into this PNG")
+    args = parser.parse_args(argv)
+    try:
+        compare(args.a, args.b, args.output, labels=(args.a, args.b))
+    except LaunchError as exc:
+        print("detector-launch compare: %s" % exc, file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "evaluate":
+        return evaluate_main(argv[1:])
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
     if argv and argv[0] in ("deploy", "transform"):
         return serving_main(argv[0], argv[1:])
     if argv and argv[0] == "check-data":

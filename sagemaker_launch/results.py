@@ -35,5 +35,9 @@ def summary(directory):
     return {
         "curves": os.path.join(directory, "training_curves.png"),
         "per_class_table": os.path.join(directory, "per_class_ap.md"),
+        # the evaluation report of the best model (docs/model-directory.md)
+        "precision_recall": os.path.join(directory, "precision_recall.png"),
+        "confusion_matrix": os.path.join(directory, "confusion_matrix.png"),
+        "validation_images": os.path.join(directory, "validation_images.png"),
         "mAP": validation.get("mAP"),
     }

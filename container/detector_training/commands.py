@@ -29,6 +29,17 @@ def train():
     sys.exit(train_job())
 
 
+def evaluate():
+    """``evaluate`` (``entrypoint/evaluate`` in the image): ``train`` with ``mode=evaluate``,
+    whatever the hyperparameters say (evaluate.py)."""
+    import os
+
+    from detector_training import settings
+
+    os.environ[settings.name(settings.MODE)] = "evaluate"  # read by every rank (load_config)
+    sys.exit(train_job())
+
+
 def serve():
     """``serve`` (``entrypoint/serve`` in the image): SageMaker's ``docker run IMAGE serve`` for
     endpoints and batch transform."""

@@ -31,6 +31,7 @@ from detector_training.core.evaluation import validate
 from detector_training.core.model_dir import (BEST_PARAMS, CLASSES_FILE, CONFIG_FILE, EXPORT_PREFIX,
                                               ModelDirectory)
 from detector_training.core.tensorboard_events import TensorBoardHook
+from detector_training.evaluate import run_evaluation
 from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
 from detector_training.data.loaders import close_loader
@@ -63,7 +64,12 @@ def job_main(base=None, install_signals=True):
         set_engine_threads(config)
         dist = init_distributed(env.environ)
         setup_logging(dist.world.rank, config.verbose)
-        run_job(config, env, dist, stop)
+        if config.mode == "evaluate":
+            run_evaluation(config, env, dist, device_for(dist.world))
+            if dist.world.is_main:
+                mark_finished(env.stop_file)  # as a trained job: the launcher's exit clock
+        else:
+            run_job(config, env, dist, stop)
         dist.shutdown()
         code = 0
     except BaseException as exc:  # the one top-level handler of a rank

@@ -1,5 +1,6 @@
 """The example notebook runs top to bottom in SageMaker local mode with the CPU image: train, look
-at the result, deploy, predict one image, draw it, delete the endpoint."""
+at the result, evaluate the model on a second data set and compare, deploy, predict one image,
+draw it, delete the endpoint."""
 
 import os
 import re
@@ -30,6 +31,11 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
     subprocess.run([os.path.join(ROOT, ".venv", "bin", "detector-generate-voc"), str(data),
                     "--train-2007", "6", "--test-2007", "2", "--train-2012", "0"], check=True,
                    capture_output=True)
+    second = tmp_path / "second"  # other images of the same classes, for the evaluation job
+    subprocess.run([os.path.join(ROOT, ".venv", "bin", "detector-generate-voc"), str(second),
+                    "--train-2007", "1", "--test-2007", "3", "--train-2012", "0", "--seed", "11"],
+                   check=True, capture_output=True)
+    monkeypatch.setenv("DETECTOR_SECOND_DATA", "file://%s" % second)
     output = tmp_path / "output"
     output.mkdir()
     monkeypatch.setenv("DETECTOR_IMAGE", IMAGE)
@@ -51,15 +57,24 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
                              capture_output=True, text=True, check=True).stdout.split()
         if ids:
             subprocess.run(["docker", "rm", "-f"] + ids, capture_output=True, check=True)
-    assert len(ids) == 2, "training and serving ran %d containers under %s" % (len(ids), project)
-    last = nb.cells[-3]
+    assert len(ids) == 3, "training, evaluation and serving ran %d containers under %s" % (len(ids), project)
+    last = nb.cells[5]
     kinds = {o.get("output_type") for o in last.outputs}
     assert "display_data" in kinds  # the curves image and the AP table were displayed
     mimes = {m for o in last.outputs if o.get("output_type") == "display_data" for m in o["data"]}
     assert "image/png" in mimes and "text/markdown" in mimes
+    assert len([o for o in last.outputs if "image/png" in o.get("data", {})]) == 4  # curves, report
     text = "".join(o.get("text", "") for o in last.outputs if o.get("output_type") == "stream")
     assert "mAP:" in text
-    assert list(output.rglob("model.tar.gz"))
+    assert len(list(output.rglob("model.tar.gz"))) == 2  # the training job's, the evaluation's
+    evaluated = nb.cells[7]
+    pictures = [o for o in evaluated.outputs if o.get("output_type") == "display_data"
+                and "image/png" in o["data"]]
+    assert len(pictures) == 2  # the evaluation's precision-recall curves, the comparison
+    printed = "".join(o.get("text", "") for o in evaluated.outputs if o.get("output_type") == "stream")
+    assert "| class | validation | second data set | difference |" in printed, printed[-3000:]
+    assert re.search(r"^\| mAP \| \d\.\d{4} \| \d\.\d{4} \| [+-]\d\.\d{4} \|$", printed, re.M), printed
+    assert (tmp_path / "compare.png").stat().st_size > 0
     served = nb.cells[-1]
     assert "image/png" in {m for o in served.outputs if o.get("output_type") == "display_data" for m in o["data"]}
     printed = "".join(o.get("text", "") for o in served.outputs if o.get("output_type") == "stream")

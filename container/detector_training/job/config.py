@@ -66,6 +66,9 @@ _at_least_4 = check(parse_int, lambda v: v >= 4, "an integer >= 4")  # a quarter
 class TrainConfig:
     """Hyperparameters of a training job. ``None`` means: take the dataset preset or derive it."""
 
+    mode: str = hp("train", choice(("train", "evaluate")),
+                   "train, or evaluate: score the model in the 'model' channel on the data in the "
+                   "'test' channel (else 'validation'), without training (docs/evaluation.md).")
     network: str = hp("faster_rcnn_resnet50_v1b_voc", parse_network,
                       "Base network name (GluonCV model zoo name, or a registered family's).")
     dataset: str = hp("voc", parse_dataset,

@@ -33,7 +33,7 @@ import re
 
 import yaml
 
-from detector_training import families
+from detector_training import families, settings
 from detector_training.core.files import path_inside
 from detector_training.data import formats
 from detector_training.errors import ConfigError
@@ -436,8 +436,13 @@ def load_config(env):
     (data/formats: a channel holding two formats, or data channels holding none, is a DataError
     listing what they hold)."""
     values = hyperparameters_over_file(env)
+    if settings.setting(settings.MODE, env.environ):  # the `evaluate` command's
+        values["mode"] = settings.setting(settings.MODE, env.environ)
     if "dataset" not in values:
-        name, channel, where = formats.recognise(env.paths.channels_dir, env.input_data_config)
+        if decode(values.get("mode")) == "evaluate":  # its data is the test channel's
+            name, channel, where = formats.recognise_evaluation_data(env.paths.channels_dir)
+        else:
+            name, channel, where = formats.recognise(env.paths.channels_dir, env.input_data_config)
         LOG.info("data: dataset=%s recognised%s: %s", name,
                  " in channel '%s'" % channel if channel else "", where)
         values["dataset"] = name

@@ -11,24 +11,29 @@ neither MXNet nor GluonCV.
 import dataclasses
 import logging
 import os
+import shutil
+import tempfile
 
 from detector_training.data.common import carve_validation, final_fit
 from detector_training.data.formats.builtin import Builtin
 from detector_training.data.formats.coco import COCO
 from detector_training.data.formats.custom import CustomVOC
-from detector_training.data.formats.data_format import (FORMAT_OPTIONS, Channel, DataFormat,
-                                                        LabelledFormat)
+from detector_training.data.formats.data_format import (FORMAT_OPTIONS, VALIDATION_CHANNEL, Channel,
+                                                        DataFormat, LabelledFormat)
 from detector_training.data.formats.ground_truth import GroundTruthManifest
 from detector_training.data.formats.voc import VOC
 from detector_training.data.formats.yolo import Yolo
 from detector_training.errors import DataError
 
 __all__ = ["FORMAT_OPTIONS", "Channel", "DataFormat", "LabelledFormat", "register", "unregister",
-           "get", "names", "all_formats", "recognise", "build_datasets"]
+           "get", "names", "all_formats", "recognise", "build_datasets", "EVALUATION_CHANNELS",
+           "evaluation_channel", "stage_evaluation_data", "recognise_evaluation_data"]
 
 LOG = logging.getLogger("detector_training")
 DEFAULT = "voc"  # the dataset of a job that names none and has no data channel (fetched)
 NOT_DATA = ("pretrained", "model", "config")  # channels that never hold training data
+# An evaluation job's data: the first of these channels it has.
+EVALUATION_CHANNELS = ("test", VALIDATION_CHANNEL)
 
 _REGISTERED = {}  # format name -> DataFormat subclass, in registration order
 
@@ -141,3 +146,41 @@ def build_datasets(config, data_root, instances=False):
     if config.final_fit:
         datasets = final_fit(datasets)
     return dataclasses.replace(datasets, metric=fmt.metric)
+
+
+# --- an evaluation job's data: the test channel, read as a training job reads its validation ---
+
+def evaluation_channel(channels_dir):
+    """(name, folder) of an evaluation job's data channel: ``test``, else ``validation``; a
+    DataError when the job has neither."""
+    for name in EVALUATION_CHANNELS:
+        path = os.path.join(channels_dir, name)
+        if os.path.isdir(path):
+            return name, path
+    raise DataError("an evaluation job (mode=evaluate) has no data: neither a 'test' nor a "
+                    "'validation' channel under %s." % channels_dir,
+                    "give the job a 'test' channel holding labelled images in any format a "
+                    "training job accepts (docs/data.md).")
+
+
+def stage_evaluation_data(channels_dir, scratch):
+    """A channels folder under ``scratch`` (returned) in which the evaluation data channel stands
+    as ``train`` and as ``validation`` (links): every format then recognises and reads it as it
+    reads a training job's data, and its validation split is the data to score."""
+    _name, path = evaluation_channel(channels_dir)
+    staged = tempfile.mkdtemp(prefix="evaluation-channels-", dir=scratch)
+    for name in ("train", VALIDATION_CHANNEL):
+        os.symlink(os.path.realpath(path), os.path.join(staged, name))
+    return staged
+
+
+def recognise_evaluation_data(channels_dir):
+    """``recognise`` for an evaluation job: the format of the data in its test (else
+    validation) channel."""
+    name, _path = evaluation_channel(channels_dir)
+    scratch = tempfile.mkdtemp(prefix="detector-recognise-")
+    try:
+        fmt, _channel, where = recognise(stage_evaluation_data(channels_dir, scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return fmt, name, where

@@ -1,0 +1,237 @@
+"""Evaluation without training (``mode=evaluate``): a trained model scored on labelled data.
+
+The model is the ``model`` channel's (a model directory, or the ``model.tar.gz`` a training job
+wrote, extracted under core/model_dir.py's archive policy); the data is the ``test`` channel's,
+else ``validation``'s, in any data format a training job reads (data/formats), read as a training
+job reads its validation split. The network is rebuilt by its family from the model's
+``config.json`` and loaded with ``model.params`` (what the export was made from), and scored as
+training validates: each rank detects its shard, the detections of every rank are scored
+together (core/evaluation.py ``validate``), so the mAP is the one a training job reports for the
+same model and data. The main rank writes ``evaluation.json`` and the evaluation report (the
+pictures and tables of core/eval_report.py) into the model directory (``/opt/ml/model``, which
+SageMaker uploads).
+
+Classes: the data's class names must be the model's or a subset of them (scored with a warning:
+the model's other classes have no labelled object); anything else is a DataError naming both
+lists.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+
+from detector_training import families, inference
+from detector_training.core import archive
+from detector_training.core.eval_report import COCO_IOUS
+from detector_training.core.evaluation import validate
+from detector_training.core.files import write_json
+from detector_training.core.model_dir import (BEST_PARAMS, EXPORT_FILES, FINAL_PARAMS,
+                                              extract_model, read_export, shallowest_with)
+from detector_training.data import formats
+from detector_training.errors import DataError, ModelError
+from detector_training.job.config import from_hyperparameters
+from detector_training.job.sm_env import JobPaths
+
+LOG = logging.getLogger("detector_training")
+
+EVALUATION_FILE = "evaluation.json"
+MODEL_CHANNEL = "model"
+PARAMS = (FINAL_PARAMS, BEST_PARAMS)  # the exported (final) model first
+# What the model decides about the network and its test images; the job's hyperparameters
+# decide the rest (the data format and its options, overlap_threshold, workers).
+MODEL_KEYS = ("network", "short", "max_size", "rcnn_num_samples", "nms_threshold")
+MODEL_FIX = "put a model.tar.gz (or the model directory) a training job wrote into the 'model' channel."
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatedModel:
+    directory: str  # the model's files (extracted from its archive where it was one)
+    params: str
+    classes: list
+    config: dict
+
+
+def model_files(channel, scratch):
+    """The model in the 'model' channel: its directory, or the first ``*.tar.gz``/``*.tar`` in
+    it, extracted (only the files evaluation reads) under ``scratch``."""
+    if channel is None:
+        raise DataError("an evaluation job (mode=evaluate) has no 'model' channel.", MODEL_FIX)
+    names = EXPORT_FILES + PARAMS
+    directory = _model_dir_in(channel)
+    if directory is None:
+        archives = sorted(n for n in os.listdir(channel) if n.endswith((".tar.gz", ".tgz", ".tar"))
+                          and os.path.isfile(os.path.join(channel, n)))
+        for name in archives:
+            try:
+                extracted = extract_model(os.path.join(channel, name), scratch, names)
+            except archive.ArchiveError as exc:
+                raise DataError("cannot use %s from the 'model' channel: %s." % (name, exc.reason),
+                                MODEL_FIX) from None
+            directory = _model_dir_in(extracted, walk=True)
+            if directory:
+                break
+    if directory is None:
+        raise DataError("the 'model' channel %s holds no model (%s with %s), nor a model.tar.gz "
+                        "holding one." % (channel, " or ".join(PARAMS), ", ".join(EXPORT_FILES)),
+                        MODEL_FIX)
+    try:
+        export = read_export(directory)
+    except ModelError as exc:
+        raise DataError("the 'model' channel's model: %s" % exc.cause, MODEL_FIX) from None
+    params = next(os.path.join(directory, n) for n in PARAMS if os.path.isfile(os.path.join(directory, n)))
+    return EvaluatedModel(directory, params, list(export.classes), export.config)
+
+
+def _model_dir_in(root, walk=False):
+    if walk:
+        found = shallowest_with(root, PARAMS)
+        return found[0] if found else None
+    return root if any(os.path.isfile(os.path.join(root, n)) for n in PARAMS) else None
+
+
+def evaluation_config(config, env, model):
+    """The job's configuration with the model's network and test sizes (MODEL_KEYS), its class
+    list, and every image of the data scored (no split carved, no image left out)."""
+    values = {k: v for k, v in env.hyperparameters.items()}
+    values["dataset"] = config.dataset  # recognised from the test channel when not given
+    for key in MODEL_KEYS:
+        if model.config.get(key) is not None:
+            values[key] = json.dumps(model.config[key])
+    values.update(val_fraction="0", final_fit="false", skip_empty="false")
+    if takes_class_list(config, model.classes):  # label rows then index the model's classes
+        values["classes"] = json.dumps(model.classes)
+    values.pop("num_classes", None)  # the model's classes are the list
+    # Formats read a training split too: let it be the data to score (a VOCdevkit's or a COCO
+    # tree's validation split; the staged channel for the others), so nothing else is needed.
+    values["train_splits"] = json.dumps(list(config.val_splits or ()))
+    return from_hyperparameters(values)
+
+
+def takes_class_list(config, classes):
+    """Whether the data format takes a class list (the ``classes`` hyperparameter): not one
+    whose classes are fixed (voc), whose rules then refuse it."""
+    fmt = formats.get(config.dataset)
+    return len(fmt.check_config(dataclasses.replace(config, classes=tuple(classes)))) == \
+        len(fmt.check_config(dataclasses.replace(config, classes=())))
+
+
+def check_fixed_classes(data_classes, model_classes):
+    """A format with its own fixed class list (voc): its label rows index that list, so the
+    model's must be the same, in the same order."""
+    if list(data_classes) != list(model_classes):
+        raise DataError("the test data's classes (%s) do not match the model's (%s)."
+                        % (", ".join(data_classes), ", ".join(model_classes)),
+                        "score a model trained on this dataset, or give the data in a format "
+                        "that names its classes (custom, coco, yolo) with the 'dataset' "
+                        "hyperparameter.")
+
+
+def check_classes(data_classes, model_classes):
+    """The data's classes against the model's: a DataError naming both lists unless the data's
+    are the model's or a subset (then a warning)."""
+    data_classes, model_classes = list(data_classes), list(model_classes)
+    unknown = [c for c in data_classes if c not in model_classes]
+    if unknown:
+        raise DataError("the test data's classes (%s) do not match the model's (%s): %s %s not "
+                        "among the model's." % (", ".join(data_classes), ", ".join(model_classes),
+                                                ", ".join(unknown), "is" if len(unknown) == 1 else "are"),
+                        "score the model on data labelled with its classes (all of them or "
+                        "some): %s." % ", ".join(model_classes))
+    missing = [c for c in model_classes if c not in data_classes]
+    if missing:
+        LOG.warning("evaluation: the test data has %d of the model's %d classes; %s %s no labelled "
+                    "object and no AP", len(data_classes), len(model_classes), ", ".join(missing),
+                    "has" if len(missing) == 1 else "have")
+    return missing
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedPaths(JobPaths):
+    """The job's paths with its channels folder replaced by the staged one
+    (formats.stage_evaluation_data)."""
+
+    channels: str = ""
+
+    @property
+    def channels_dir(self):
+        return self.channels
+
+    def channel(self, name):
+        return os.path.join(self.channels, name)
+
+
+def staged_env(env, channels):
+    """The job as its data format sees it: the test data as its training and validation channels
+    (File mode)."""
+    return dataclasses.replace(env, paths=StagedPaths(env.paths.base, channels), input_data_config={})
+
+
+def data_classes(config, root):
+    """The class names the test data labels (its format's reading without a class list), None
+    for a format whose class list is fixed (voc) or checked by its own reader (coco)."""
+    fmt = formats.get(config.dataset)
+    if not isinstance(fmt, formats.LabelledFormat):
+        return None
+    labelled = fmt.read_labelled(root, formats.VALIDATION_CHANNEL, dataclasses.replace(config, classes=()))
+    return labelled.class_names() if labelled is not None else None
+
+
+def run_evaluation(config, env, dist, ctx):
+    """Score the model channel's model on the test data on every rank; the main rank writes
+    evaluation.json and the report. Returns the scores (the same on every rank)."""
+    world = dist.world
+    scratch = tempfile.mkdtemp(prefix="detector-evaluate-rank%d-" % world.rank)
+    try:
+        model = model_files(env.channel_dir(MODEL_CHANNEL), scratch)
+        config = evaluation_config(config, env, model)
+        family = families.get(config.network)
+        family.check_config(config)
+        staged = staged_env(env, formats.stage_evaluation_data(env.paths.channels_dir, scratch))
+        root = formats.get(config.dataset).data_root(config, staged, world)
+        found = data_classes(config, root)
+        missing = check_classes(found, model.classes) if found is not None else []
+        datasets = family.read_datasets(config, root)
+        if found is None and not takes_class_list(config, model.classes):
+            check_fixed_classes(datasets.classes, model.classes)
+        if world.is_main:
+            LOG.info("evaluation: model %s (%s, classes %s) on %d image(s) of dataset=%s",
+                     model.params, config.network, ",".join(model.classes), len(datasets.val),
+                     config.dataset)
+        net = family.build_network(config, model.classes, 1, False, None, ctx)
+        family.fit_to_data(net, config, datasets)  # the proposal caps of these images
+        net.load_parameters(model.params, ctx=ctx, ignore_extra=True)  # training-only encoders
+        if not config.disable_hybridization:
+            net.hybridize(static_alloc=config.static_alloc)
+        loader, indices = family.val_loader(config, net, datasets, world, 0)
+        LOG.info("evaluation: rank=%d detects %d of the %d image(s)", world.rank, len(indices),
+                 len(datasets.val))
+        result = validate(family, net, loader, indices, ctx, dist, config, datasets, scratch)
+        if world.is_main:
+            write_evaluation(env.paths.model_dir, result, model, config, datasets, missing, ctx)
+        return result
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def write_evaluation(out_dir, result, model, config, datasets, missing, ctx):
+    """evaluation.json (the scores as validation.json has them, with what was scored), then the
+    report, drawn from the exported model as serve runs it (a convenience: a failure is logged)."""
+    os.makedirs(out_dir, exist_ok=True)
+    evaluation = dict(result, classes=list(model.classes), dataset=config.dataset,
+                      network=config.network, model=os.path.basename(model.params),
+                      classes_without_data=missing)
+    write_json(os.path.join(out_dir, EVALUATION_FILE), evaluation)
+    LOG.info("evaluation: mAP %.4f on %d image(s) (%s); %s", result["mAP"], result["images"],
+             ", ".join("%s %.4f" % item for item in result["per_class"].items()),
+             os.path.join(out_dir, EVALUATION_FILE))
+    try:
+        loaded = inference.load_model(model.directory, ctx)
+        inference.evaluate(loaded, inference.dataset_samples(datasets.val), out_dir,
+                           COCO_IOUS if datasets.metric == "coco" else None)
+        LOG.info("evaluation: pictures and tables in %s", out_dir)
+    except Exception as exc:  # pylint: disable=broad-except
+        LOG.warning("evaluation: report not written (%s: %s)", type(exc).__name__, exc)
+    return evaluation
