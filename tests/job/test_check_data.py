@@ -297,3 +297,14 @@ def test_an_entity_bomb_is_refused_naming_the_file(tmp_path):
                       "<annotation><filename>&b;</filename></annotation>")
     report = check(str(tmp_path / "data"))
     assert not report.ok and victim.name in report.problems[0].cause
+
+
+def test_a_vocdevkit_in_the_voc_channel_is_checked_as_the_job_reads_it(tmp_path):
+    from detector_training.data.synthetic_voc import generate as generate_voc
+
+    generate_voc(str(tmp_path / "voc"), train_2007=8, test_2007=4, train_2012=0, seed=1)
+    asked = {"dataset": "custom", "train_splits": "2007_trainval"}
+    for report in (check_data.check_channels({"voc": str(tmp_path / "voc")}, asked),
+                   check(str(tmp_path / "voc"), asked), check(str(tmp_path), asked)):
+        assert report.ok, report.problems
+        assert report.dataset == "custom" and [s.images for s in report.splits] == [8, 4]

@@ -62,7 +62,7 @@ def test_recordio_reads_records_by_offset_named_by_classes(tmp_path):
     assert datasets.classes == ("dog", "cat") and isinstance(datasets.train.base, RecordDetection)
     assert len(datasets.train) + len(datasets.val) == 4  # no validation channel: a carved split
     image, label = datasets.train[0]
-    assert image.shape == (48, 64, 3) and label.shape[1] == 5
+    assert image.shape == (48, 64, 3) and label.shape[1] == 6
 
 
 def test_both_layouts_at_once_are_refused(tmp_path):

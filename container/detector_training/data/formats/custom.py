@@ -88,6 +88,8 @@ class CustomVOC(LabelledFormat):
         train_dir = self.channel_path(data_root, "train")
         if train_dir is None:
             return None
+        if find_year_dirs(train_dir):  # the channels folder (the data check): a VOCdevkit channel
+            return self._devkit_split(train_dir, split, config)
         export = self._export(train_dir)
         if split == "train":
             names = split_names(export, "train")
