@@ -23,7 +23,6 @@ from detector_training.core.files import atomic_save, atomic_write_text
 from detector_training.data import formats
 from detector_training.data.formats.data_format import Channel
 from detector_training.data.labelled import Drops
-from detector_training.data.layouts import voc_exports
 from detector_training.errors import JobError
 from detector_training.job import config as config_mod
 
@@ -195,8 +194,7 @@ def check(path, hyperparameters=None, channel=None):
             os.symlink(path, os.path.join(scratch, channel))
             report.aliases.append((os.path.join(scratch, channel), path))
             report.notes.append("%s checked as channel '%s'" % (path, channel))
-        with voc_exports.parallel_reads(os.cpu_count() or 1):
-            _check_channels(report, channels_dir, hyperparameters)
+        _check_channels(report, channels_dir, hyperparameters)
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -218,8 +216,7 @@ def check_channels(channels, hyperparameters=None):
         for name, folder in channels.items():
             os.symlink(os.path.abspath(folder), os.path.join(scratch, name))
             report.aliases.append((os.path.join(scratch, name), os.path.abspath(folder)))
-        with voc_exports.parallel_reads(os.cpu_count() or 1):
-            _check_channels(report, scratch, dict(hyperparameters or {}))
+        _check_channels(report, scratch, dict(hyperparameters or {}))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return report

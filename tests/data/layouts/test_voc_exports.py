@@ -233,27 +233,3 @@ def test_split_names_by_role_and_an_only_split_of_any_name_trains(tmp_path):
     exports.cvat_voc(str(tmp_path / "c"), subsets=(("Validation", 2),))
     only_val = voc_exports.find_export(str(tmp_path / "c"))
     assert split_names(only_val, "train") == [] and split_names(only_val, "validation") == ["Validation"]
-
-
-def _outcome(read):
-    return ([(i.path, i.size, i.where, [(b.label, b.xmin, b.ymin, b.xmax, b.ymax) for b in i.boxes])
-             for i in read.images], read.drops.counts(), read.adjusted.counts())
-
-
-def test_a_read_shared_by_processes_gives_what_one_process_reads(tmp_path, monkeypatch):
-    made = exports.cvat_voc(str(tmp_path), subsets=(("default", 12),))
-    os.remove(tmp_path / "JPEGImages" / made[0].name)
-    os.remove(tmp_path / "Annotations" / (made[1].stem + ".xml"))
-    bad = tmp_path / "Annotations" / (made[2].stem + ".xml")
-    bad.write_text(bad.read_text().replace("<width>", "<width>9", 1))  # a size that differs
-    serial = voc_exports.find_export(str(tmp_path)).read()
-    monkeypatch.setattr(voc_exports, "PARALLEL_FROM", 2)
-    monkeypatch.setattr(voc_exports, "_CHUNK", 3)
-    with voc_exports.parallel_reads(2):
-        shared = voc_exports.find_export(str(tmp_path)).read()
-    assert len(shared.images) == 10 and _outcome(shared) == _outcome(serial)
-    assert shared.adjusted.counts() == {voc_exports.SIZE_DIFFERS: 1}
-    bad.write_text(bad.read_text()[:100])
-    with voc_exports.parallel_reads(2), \
-            pytest.raises(DataError, match=r"%s line \d+ column \d+ is not well-formed" % bad.name):
-        voc_exports.find_export(str(tmp_path)).read()

@@ -15,11 +15,8 @@ common image extension (``images.ImageIndex``). Split names become roles: ``trai
 ``train``. Each split is read into a cleaned LabelledSet (``labelled.clean``).
 """
 
-import contextlib
-import multiprocessing as mp
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 
 from detector_training.data.labelled import LabelledImage, LabelledSet, Drops, clean
@@ -101,12 +98,12 @@ class VocExport:
                                 "name one of its splits.")
         index = self.index()
         drops, adjusted, images, used = Drops(), Drops(), [], set()
-        xml_paths = [xml_path for name in names for xml_path in self.splits[name]]
-        for outcome in _examine_all(xml_paths, index, self.lower_names):
-            image = _tally(outcome, drops, adjusted)
-            if image is not None:
-                images.append(image)
-                used.add(image.path)
+        for name in names:
+            for xml_path in self.splits[name]:
+                image = _read_one(xml_path, index, drops, adjusted, self.lower_names)
+                if image is not None:
+                    images.append(image)
+                    used.add(image.path)
         layout = self.layout
         if self.layout in (LABELIMG_BESIDE, LABELIMG_SEPARATE) and images:
             beside = all(os.path.dirname(i.path) == os.path.dirname(i.where) for i in images)
@@ -135,88 +132,25 @@ class VocExport:
 
 
 def _read_one(xml_path, index, drops, adjusted, lower_names, quiet=False):
-    return _tally(_examine(xml_path, index, lower_names, quiet), drops, adjusted)
-
-
-def _examine(xml_path, index, lower_names, quiet=False):
-    """What one annotation file gives: (NO_ANNOTATION, where), (NO_IMAGE, where) or (None,
-    LabelledImage, the SIZE_DIFFERS note or None); a broken file is a DataError."""
     if not os.path.isfile(xml_path):
-        return NO_ANNOTATION, xml_path
+        drops.add(NO_ANNOTATION, xml_path)
+        return None
     annotation = read_annotation(xml_path)
     path = index.find(annotation.filename, xml_path, annotation.folder)
     if path is None:
-        return NO_IMAGE, "%s (%s)" % (xml_path, annotation.filename or "no <filename>")
+        drops.add(NO_IMAGE, "%s (%s)" % (xml_path, annotation.filename or "no <filename>"))
+        return None
     if quiet:
-        return None, LabelledImage(path), None
+        return LabelledImage(path)
     size = image_size(path)
-    differs = None
     if annotation.size and tuple(int(round(v)) for v in annotation.size) != size:
-        differs = "%s (%dx%d, the image is %dx%d)" % (
-            xml_path, annotation.size[0], annotation.size[1], size[0], size[1])
+        adjusted.add(SIZE_DIFFERS, "%s (%dx%d, the image is %dx%d)" % (
+            xml_path, annotation.size[0], annotation.size[1], size[0], size[1]))
     boxes = annotation.objects
     if lower_names:
         for box in boxes:
             box.label = box.label.lower()
-    return None, LabelledImage(path, boxes, size, xml_path), differs
-
-
-def _tally(outcome, drops, adjusted):
-    """The LabelledImage of an ``_examine`` outcome, or None with the reason counted."""
-    if outcome[0] is not None:
-        drops.add(*outcome)
-        return None
-    _, image, differs = outcome
-    if differs:
-        adjusted.add(SIZE_DIFFERS, differs)
-    return image
-
-
-# Reading many annotations is parsing XML and image headers, one file at a time: with
-# ``parallel_reads(n)`` (the data check uses it; a training job reads in its own process) a read
-# of at least PARALLEL_FROM files is shared by n forked processes (Linux only: forking is safe
-# there), in order, with the same result.
-PARALLEL_FROM = 2000
-_CHUNK = 256
-_reads = {"processes": 1, "index": None, "lower": False}
-
-
-@contextlib.contextmanager
-def parallel_reads(processes):
-    """Within the block, large reads are shared by ``processes`` forked processes."""
-    before = _reads["processes"]
-    _reads["processes"] = max(1, int(processes))
-    try:
-        yield
-    finally:
-        _reads["processes"] = before
-
-
-def _examine_in_worker(chunk):
-    try:
-        return [_examine(xml_path, _reads["index"], _reads["lower"]) for xml_path in chunk]
-    except DataError as exc:  # sent back as its parts: the parent raises it in order
-        return ("error", exc.cause, exc.fix)
-
-
-def _examine_all(xml_paths, index, lower_names):
-    """The ``_examine`` outcome of every path, in order (a generator: serial reads stop at the
-    first broken file, as a parallel one does)."""
-    processes = _reads["processes"]
-    if processes <= 1 or len(xml_paths) < PARALLEL_FROM or not sys.platform.startswith("linux"):
-        for xml_path in xml_paths:
-            yield _examine(xml_path, index, lower_names)
-        return
-    _reads.update(index=index, lower=lower_names)
-    chunks = [xml_paths[i:i + _CHUNK] for i in range(0, len(xml_paths), _CHUNK)]
-    try:
-        with mp.get_context("fork").Pool(processes) as pool:
-            for outcomes in pool.imap(_examine_in_worker, chunks):
-                if isinstance(outcomes, tuple):
-                    raise DataError(outcomes[1], outcomes[2])
-                yield from outcomes
-    finally:
-        _reads.update(index=None, lower=False)
+    return LabelledImage(path, boxes, size, xml_path)
 
 
 def _real_dir(path):
