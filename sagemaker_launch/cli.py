@@ -87,6 +87,14 @@ def check_data_main(argv):
     return 0 if report.ok else 1
 
 
+def _print_job(estimator, waited):
+    """The started job as one JSON line (its name; its model's URI when the call waited)."""
+    job = estimator.latest_training_job
+    print(json.dumps({"job_name": job.name if job else None,
+                      "model_data": estimator.model_data if waited else None}))
+    return 0
+
+
 def evaluate_main(argv):
     """``evaluate``: a trained model scored on labelled data, no training (mode=evaluate)."""
     parser = argparse.ArgumentParser(prog="detector-launch evaluate", description=(
@@ -110,10 +118,7 @@ def evaluate_main(argv):
     except LaunchError as exc:
         print("detector-launch evaluate: %s" % exc, file=sys.stderr)
         return 2
-    job = estimator.latest_training_job
-    print(json.dumps({"job_name": job.name if job else None,
-                      "model_data": estimator.model_data if not args.no_wait else None}))
-    return 0
+    return _print_job(estimator, waited=not args.no_wait)
 
 
 def compare_main(argv):
@@ -187,10 +192,7 @@ def main(argv=None):
     except LaunchError as exc:
         print("detector-launch: %s" % exc, file=sys.stderr)
         return 2
-    job = estimator.latest_training_job
-    print(json.dumps({"job_name": job.name if job else None,
-                      "model_data": estimator.model_data if not args.no_wait else None}))
-    return 0
+    return _print_job(estimator, waited=not args.no_wait)
 
 
 if __name__ == "__main__":
