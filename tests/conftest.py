@@ -230,5 +230,17 @@ class TrainedModels:
 
 
 @pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """A tiny trained job the evaluation tests score (tests/test_evaluate.py and the image's):
+    (its base folder, its validation.json). Trained once; the tests only read it."""
+    base = make_job(tmp_path_factory.mktemp("evaluated") / "job",
+                    {"epochs": "2", "batch_size": "2", "seed": "3"}, n_train=6, n_test=4)
+    result = run_rank_job(base, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(os.path.join(base, "model", "validation.json")) as handle:
+        return base, json.load(handle)
+
+
+@pytest.fixture(scope="session")
 def trained_models(tmp_path_factory):
     return TrainedModels(tmp_path_factory.mktemp("served-models"))

@@ -22,17 +22,6 @@ from detector_training.core.eval_report import FILES as REPORT_FILES
 from detector_training.data import formats
 from detector_training.errors import DataError
 
-TRAINED = {"epochs": "2", "batch_size": "2", "seed": "3"}
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny trained job: (its base folder, its validation.json)."""
-    base = make_job(tmp_path_factory.mktemp("evaluated") / "job", TRAINED, n_train=6, n_test=4)
-    result = run_rank_job(base, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    with open(os.path.join(base, "model", "validation.json")) as handle:
-        return base, json.load(handle)
 
 
 def evaluation_job(root, trained_base, hyperparameters, model_as="tar.gz", data_channel="test"):

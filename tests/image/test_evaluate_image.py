@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from conftest import make_job, require_image, run_rank_job
+from conftest import require_image
 from test_container import IMAGE, ROOT, SDK_PYTHON, remove_compose_containers, sdk_environment
-from test_evaluate import TRAINED, assert_same_scores, evaluation_job
+from test_evaluate import assert_same_scores, evaluation_job
 
 pytestmark = [pytest.mark.docker_engine("container tests"), pytest.mark.timeout(2400)]
 
@@ -23,15 +23,6 @@ pytestmark = [pytest.mark.docker_engine("container tests"), pytest.mark.timeout(
 @pytest.fixture(scope="module")
 def image():
     return require_image(IMAGE, "image")
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    base = make_job(tmp_path_factory.mktemp("evaluated-in-image") / "job", TRAINED, n_train=6, n_test=4)
-    result = run_rank_job(base, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    with open(os.path.join(base, "model", "validation.json")) as handle:
-        return base, json.load(handle)
 
 
 def test_docker_run_evaluate_on_two_ranks(image, trained, tmp_path):
