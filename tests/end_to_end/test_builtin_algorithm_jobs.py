@@ -34,8 +34,9 @@ def read_json(*parts):
 
 
 def test_the_notebooks_hyperparameters_with_a_network_train_that_network(job_dir):
+    # 32-pixel images: the ResNet-50 C4 head runs a whole stage per proposal (90 here, not 300).
     base = builtin_job(job_dir, dict(NOTEBOOK_TINY, network="faster_rcnn_resnet50_v1b_voc",
-                                     rcnn_num_samples="16", **DATA))
+                                     rcnn_num_samples="16", image_shape="32", **DATA))
     result = run_rank_job(base)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
@@ -44,7 +45,7 @@ def test_the_notebooks_hyperparameters_with_a_network_train_that_network(job_dir
     assert re.search(r"world: rank=0 size=1 .* family=faster_rcnn", out)
     config = read_json(base, "model", "config.json")
     assert config["network"] == "faster_rcnn_resnet50_v1b_voc"
-    assert (config["global_batch"], config["effective_lr"], config["short"]) == (2, 0.001, [128])
+    assert (config["global_batch"], config["effective_lr"], config["short"]) == (2, 0.001, [32])
     assert (config["lr_decay_epoch"], config["wd"], config["pretrained_base"]) == ([3, 6], 0.0005, False)
     assert (config["nms_threshold"], config["num_classes"], config["optimizer"]) == (0.45, 3, "sgd")
     assert "base_network" not in config and "learning_rate" not in config  # replays in our names

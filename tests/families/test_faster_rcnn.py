@@ -76,3 +76,30 @@ def test_images_too_small_for_the_sampled_regions_stop_with_the_smallest_size_th
                                    "pretrained_base": "false", "train_splits": "2007_trainval",
                                    "short": str(size), "max_size": str(max(48, size))})
     fit_proposals_to_images(net, bigger, datasets)  # the size it names works
+
+
+def test_a_job_fitted_to_wide_images_at_a_tiny_size_exports(voc_root, tmp_path):
+    """The export traces the graph on one image; with the proposals capped at the anchors of the
+    job's (wider) smallest images, a 4:3 image of the same short side has fewer anchors than the
+    network keeps, and MXNet failed ("Invalid end for end=120 as axis_size is 90")."""
+    from detector_training.families.faster_rcnn import anchor_counter
+
+    config = from_hyperparameters({"dataset": "custom", "pretrained_base": "false",
+                                   "train_splits": "2007_trainval", "short": "32",
+                                   "max_size": "64", "rcnn_num_samples": "16"})
+    family = families.get(config.network)
+    net = build_network(config, ("circle", "square", "triangle"), 1, False, None, mx.cpu())
+    wide = anchor_counter(net)((32, 64))
+    assert anchor_counter(net)((32, 42)) < wide  # the 4:3 image has fewer anchors
+    family.set_proposal_counts(net, wide, wide)
+    net(mx.nd.zeros((1, 3, 32, 64)))
+    net.save_parameters(str(tmp_path / "model.params"))
+    family.export(config, ("circle", "square", "triangle"), str(tmp_path / "model.params"),
+                  str(tmp_path / "model"), {"rpn_post_nms": [wide, wide]})
+    from detector_training.families.faster_rcnn import export_shape
+
+    assert export_shape(net, 32, 64, wide) == (32, 64)
+    exported = mx.gluon.SymbolBlock.imports(str(tmp_path / "model-symbol.json"), ["data"],
+                                            str(tmp_path / "model-0000.params"))
+    ids, scores, boxes = exported(mx.nd.zeros((1, 3, 32, 64)))
+    assert ids.shape[:2] == scores.shape[:2] == boxes.shape[:2] and boxes.shape[2] == 4

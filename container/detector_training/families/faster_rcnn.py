@@ -143,7 +143,7 @@ class FasterRCNN(DetectorFamily):
         net.load_parameters(params_path, ctx=mx.cpu(), ignore_extra=True)  # training-only encoders
         net.hybridize()
         _, short, max_size = self.image_sizes(config, net)
-        net(mx.nd.zeros((1, 3, short, min(max_size, int(short * 4 / 3)))))
+        net(mx.nd.zeros((1, 3) + export_shape(net, short, max_size, fitted["rpn_post_nms"][1])))
         net.export(prefix, epoch=0)
 
 
@@ -243,6 +243,15 @@ def anchor_counter(net):
         return cache[shape]
 
     return count
+
+
+def export_shape(net, short, max_size, test_post):
+    """The (height, width) of the forward pass that traces the exported graph: a 4:3 image,
+    unless it has fewer anchors than the ``test_post`` proposals the network keeps (capped at the
+    job's smallest images, which can be wider); then short x max_size, which holds every resized
+    image."""
+    shape = (short, min(max_size, int(short * 4 / 3)))
+    return shape if anchor_counter(net)(shape) >= test_post else (short, max_size)
 
 
 def smallest_images(aspect_ratios, short, max_size, keep=3):
