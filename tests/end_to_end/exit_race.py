@@ -26,8 +26,11 @@ def _names(devkit, split):
     year = os.path.join(devkit, "VOC2007")
     with open(os.path.join(year, "ImageSets", "Main", split + ".txt")) as handle:
         ids = handle.read().split()
-    return {name for i in ids for name in
-            re.findall(r"<name>([^<]+)</name>", open(os.path.join(year, "Annotations", i + ".xml")).read())}
+    names = set()
+    for image_id in ids:
+        with open(os.path.join(year, "Annotations", image_id + ".xml")) as handle:
+            names.update(re.findall(r"<name>([^<]+)</name>", handle.read()))
+    return names
 
 
 def make_race_job(base, hyperparameters, seed):
