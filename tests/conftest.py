@@ -212,6 +212,14 @@ SERVED_JOBS = {
 }
 
 
+def trained_job(base, hyperparameters, n_train, n_test):
+    """A job tree under ``base`` trained by ``detector-train-job`` (which must succeed); its base."""
+    base = make_job(base, hyperparameters, n_train=n_train, n_test=n_test)
+    result = run_rank_job(base, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return base
+
+
 class TrainedModels:
     """Model directories of SERVED_JOBS, each trained on first use and kept for the session."""
 
@@ -221,10 +229,7 @@ class TrainedModels:
 
     def __getitem__(self, family):
         if family not in self.dirs:
-            hyperparameters, n_train, n_test = SERVED_JOBS[family]
-            base = make_job(self.root / family, hyperparameters, n_train=n_train, n_test=n_test)
-            result = run_rank_job(base, timeout=900)
-            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            base = trained_job(self.root / family, *SERVED_JOBS[family])
             self.dirs[family] = os.path.join(base, "model")
         return self.dirs[family]
 
@@ -233,10 +238,8 @@ class TrainedModels:
 def trained(tmp_path_factory):
     """A tiny trained job the evaluation tests score (tests/test_evaluate.py and the image's):
     (its base folder, its validation.json). Trained once; the tests only read it."""
-    base = make_job(tmp_path_factory.mktemp("evaluated") / "job",
-                    {"epochs": "2", "batch_size": "2", "seed": "3"}, n_train=6, n_test=4)
-    result = run_rank_job(base, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    base = trained_job(tmp_path_factory.mktemp("evaluated") / "job",
+                       {"epochs": "2", "batch_size": "2", "seed": "3"}, n_train=6, n_test=4)
     with open(os.path.join(base, "model", "validation.json")) as handle:
         return base, json.load(handle)
 

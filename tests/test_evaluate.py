@@ -16,12 +16,11 @@ import tarfile
 
 import pytest
 
-from conftest import BIN, make_job, run_rank_job
+from conftest import BIN, trained_job
 from detector_training import evaluate
 from detector_training.core.eval_report import FILES as REPORT_FILES
 from detector_training.data import formats
 from detector_training.errors import DataError
-
 
 
 def evaluation_job(root, trained_base, hyperparameters, model_as="tar.gz", data_channel="test"):
@@ -202,9 +201,7 @@ def test_coco_format_data_is_scored_by_cocos_metric_as_its_training_validated(tm
     """COCO-format data (recognised in the test channel): the COCO mAP of the training job."""
     hyperparameters = {"dataset": "coco", "train_splits": "instances_train2017",
                        "val_splits": "instances_val2017", "epochs": "1", "batch_size": "2"}
-    trained_base = make_job(tmp_path / "job", hyperparameters, n_train=4, n_test=2)
-    result = run_rank_job(trained_base, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    trained_base = trained_job(tmp_path / "job", hyperparameters, n_train=4, n_test=2)
     with open(os.path.join(trained_base, "model", "validation.json")) as handle:
         validation = json.load(handle)
     base = str(tmp_path / "opt_ml")

@@ -4,7 +4,7 @@ timed from its `finished:` line to its exit (issue 27: a finished job that never
 Used by tests/end_to_end/test_job_exit.py (a few jobs) and benchmarks/exit_race.py (50).
 """
 
-import glob
+import json
 import os
 import re
 import shutil
@@ -21,30 +21,25 @@ EXIT_BOUND_S = 60  # after `finished:`; a healthy job exits in seconds
 FORCED = "exit: still running"  # the exit guard's line (job/stop.py): the cause was not fixed
 
 
-def _names(devkit, split):
-    """The class names of the objects in one split of a generated VOCdevkit."""
-    year = os.path.join(devkit, "VOC2007")
-    with open(os.path.join(year, "ImageSets", "Main", split + ".txt")) as handle:
-        ids = handle.read().split()
-    names = set()
-    for image_id in ids:
-        with open(os.path.join(year, "Annotations", image_id + ".xml")) as handle:
-            names.update(re.findall(r"<name>([^<]+)</name>", handle.read()))
-    return names
-
-
 def make_race_job(base, hyperparameters, seed):
-    """A job tree whose few validation images have a class the training images have: with 4 and 2
-    images some seeds draw none, and the job rightly refuses that data before it trains (not a
-    sample of the race). The seed moves on by 1000 until the draw fits."""
+    """A job tree whose data the job accepts: with 4 training and 2 validation images some seeds
+    draw validation images with no class the training images have, and the job rightly refuses
+    that data before it trains (not a sample of the race). The job's own reading decides; the
+    seed moves on by 1000 until it accepts the draw."""
+    from detector_training.data.formats import build_datasets
+    from detector_training.errors import DataError
+    from detector_training.job.config import from_hyperparameters
+
     while True:
         make_job(base, hyperparameters, n_train=4, n_test=2, seed=seed)
-        devkit = glob.glob(os.path.join(base, "input", "data", "voc", "**", "VOCdevkit"),
-                           recursive=True)[0]
-        if _names(devkit, "trainval") & _names(devkit, "test"):
+        with open(os.path.join(base, "input", "config", "hyperparameters.json")) as handle:
+            config = from_hyperparameters(json.load(handle))
+        try:
+            build_datasets(config, os.path.join(base, "input", "data", "voc"))
             return base
-        shutil.rmtree(base)
-        seed += 1000
+        except DataError:
+            shutil.rmtree(base)
+            seed += 1000
 
 
 def cpu_hog():
