@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import shutil
 import tarfile
 import tempfile
 
@@ -17,6 +18,7 @@ from PIL import Image
 
 from detector_training import inference
 from detector_training.core import model_dir as layout
+from conftest import SERVED_JOBS
 from detector_training.data.synthetic_voc import make_image
 from test_predict import SMALL, archives, detect, image_path, make_tar, member, model, model_dir  # noqa: F401 (fixtures)
 
@@ -272,7 +274,7 @@ def test_predict_defines_no_loading_decoding_or_forward_pass_of_its_own():
 
 # --- every family --------------------------------------------------------------------------------
 
-FAMILIES = ("faster_rcnn", "yolo3", "mask_rcnn")
+FAMILIES = ("faster_rcnn", "yolo3", "ssd", "mask_rcnn")
 
 
 @pytest.fixture(scope="module")
@@ -295,39 +297,58 @@ def test_every_family_detects_in_original_image_pixels(trained_models, family, w
     assert len(inference.detect_image(model, wide_image, 0.0, max_detections=1)) == 1
 
 
-@pytest.mark.parametrize("family, square", [("faster_rcnn", False), ("yolo3", True), ("mask_rcnn", False)])
+@pytest.mark.parametrize("family, square", [("faster_rcnn", False), ("yolo3", True), ("ssd", True),
+                                            ("mask_rcnn", False)])
 def test_the_input_is_resized_as_the_family_validates(trained_models, family, square, wide_image):
-    """A family that validates on a max_size square (test_resize "square", as YOLOValTransform)
-    is run on one; the R-CNN families keep the aspect. YOLOv3 is run with the aspect kept for now
-    (see families/yolo3.py), so its square input is tried by setting it on the loaded model."""
+    """A family that validates on its data shape's square (SSD's and YOLOv3's validation
+    transforms: short x short) is run on one; the R-CNN families keep the aspect."""
     model = inference.load_model(trained_models[family])
-    assert model.square is False
-    model.square = square
+    assert model.square is square
     config = json.load(open(os.path.join(trained_models[family], "config.json")))
     data, (scale_x, scale_y) = inference.network_input(model, wide_image)
     if square:
-        assert data.shape == (1, 3, config["max_size"], config["max_size"])
-        assert (scale_x, scale_y) == (400 / config["max_size"], 240 / config["max_size"])
+        size = config["test_short"]
+        assert size == int(SERVED_JOBS[family][0]["short"]) and size != 400
+        assert data.shape == (1, 3, size, size)
+        assert (scale_x, scale_y) == (400 / size, 240 / size)
     else:
         short, max_size = config["short"][-1], config["max_size"]
         assert data.shape[2:] in ((short, min(max_size, round(short * 5 / 3))), (round(max_size * 3 / 5), max_size))
         assert scale_x == pytest.approx(scale_y, rel=0.02)
 
 
-@pytest.mark.parametrize("family", ["faster_rcnn", "yolo3"])
+@pytest.mark.parametrize("family", ["yolo3", "ssd"])
+def test_a_square_model_is_run_at_the_size_it_validated_at(trained_models, family, tmp_path):
+    """The validation size (config.json's test_short), not the last multi-scale training size;
+    a model written before test_short existed: its short; none: the network's own data shape."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(trained_models[family], model_dir)
+    config_path = model_dir / "config.json"
+    config = json.load(open(config_path))
+    size = config["test_short"]
+    json.dump(dict(config, short=[size - 32, size, size + 32]), open(config_path, "w"))
+    assert inference.load_model(str(model_dir)).short == size
+    del config["test_short"]
+    json.dump(config, open(config_path, "w"))
+    assert inference.load_model(str(model_dir)).short == config["short"][-1]
+    json.dump(dict(config, short=None), open(config_path, "w"))
+    assert inference.load_model(str(model_dir)).short == {"yolo3": 416, "ssd": 512}[family]
+
+
+@pytest.mark.parametrize("family", ["faster_rcnn", "yolo3", "ssd"])
 def test_the_input_is_what_the_familys_validation_transform_makes(trained_models, family, wide_image):
     """Pixels and the factor back to the image, as validation has them (so that a model scores
     the same through inference as in its job's validation)."""
     import mxnet as mx
     from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultValTransform
 
+    from detector_training.families.ssd import SSDValTransform
     from detector_training.families.yolo3 import YOLOValTransform
 
     model = inference.load_model(trained_models[family])
-    model.square = family == "yolo3"  # the square path (YOLOv3 does not declare it yet)
     data, scale = inference.network_input(model, wide_image)
-    transform = YOLOValTransform(model.max_size) if model.square else \
-        FasterRCNNDefaultValTransform(model.short, model.max_size)
+    transform = {"yolo3": YOLOValTransform, "ssd": SSDValTransform}[family](model.short) \
+        if model.square else FasterRCNNDefaultValTransform(model.short, model.max_size)
     expected, _label, factor = transform(mx.nd.array(wide_image, dtype="uint8"), np.zeros((1, 5), dtype=np.float32))
     np.testing.assert_allclose(data[0].asnumpy(), expected.asnumpy(), atol=1e-5)
     np.testing.assert_allclose(scale, factor.asnumpy()[:2] if model.square else [factor.asscalar()] * 2, rtol=1e-6)

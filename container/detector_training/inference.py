@@ -7,8 +7,8 @@ the evaluation report and the serving benchmark all run.
 * **decode**: image bytes to RGB pixels with Pillow under a policy (formats, a pixel cap read
   from the header, truncated files refused, grey/palette/RGBA/CMYK/16-bit converted);
 * **detect**: the image resized as the R-CNN families' validation resizes it (short side = the
-  last training scale, longer side capped at ``max_size``), or to a ``max_size`` square for a
-  family whose ``test_resize`` says so, the forward pass, and boxes back in the pixel coordinates of the original
+  last training scale, longer side capped at ``max_size``), or to the data shape's square
+  (``short`` x ``short``) for a family whose ``test_resize`` says so (SSD, YOLOv3), the forward pass, and boxes back in the pixel coordinates of the original
   image (its stored pixel grid: like MXNet's decoder, EXIF orientation is not applied), with
   masks as COCO's compressed RLE for a model that segments.
 
@@ -48,7 +48,7 @@ class BadImage(InferenceError):
 
 class Model:
     """A loaded detector: the symbol block, its classes, its test-time image sizes and whether
-    its input is a square (``max_size`` x ``max_size``) rather than short side ``short``."""
+    its input is a square (``short`` x ``short``) rather than short side ``short``."""
 
     def __init__(self, net, classes, short, max_size, source, ctx=None, square=False):
         self.net = net
@@ -125,7 +125,13 @@ def _test_size(config, field, default, source):
 
 def _test_sizes(config, source):
     """Short side and longer-side cap the model is run at: the last training scale, else the
-    network's GluonCV default (600/1000 for VOC-style networks, 800/1333 for COCO ones)."""
+    network's GluonCV default (600/1000 for VOC-style networks, 800/1333 for COCO ones; a
+    square-input family's data shape)."""
+    square = square_family(config)
+    if square is not None:  # the size validation resized to (test_short; else short)
+        field = "test_short" if config.get("test_short") is not None else "short"
+        size = _test_size(config, field, square.default_size(config.get("network")), source)
+        return size, size
     trained_on = config.get("dataset")
     coco = "coco" in str(config.get("network", "")) or (
         trained_on in formats.names() and formats.get(trained_on).metric == "coco")
@@ -133,15 +139,20 @@ def _test_sizes(config, source):
             _test_size(config, "max_size", 1333 if coco else 1000, source))
 
 
-def square_input(config):
-    """Whether the model's family validates (and so is run) on square inputs: the family's
-    ``test_resize``; a network no family registers is run as the R-CNN families are."""
+def square_family(config):
+    """The model's family where it validates (and so is run) on square inputs (its
+    ``test_resize``), else None; a network no family registers is run as the R-CNN families are."""
     from detector_training import families
 
     try:
-        return families.get(config.get("network")).test_resize == "square"
+        family = families.get(config.get("network"))
     except (KeyError, TypeError):
-        return False
+        return None
+    return family if family.test_resize == "square" else None
+
+
+def square_input(config):
+    return square_family(config) is not None
 
 
 def read_model_directory(directory, source=None):
@@ -226,7 +237,7 @@ def network_input(model, rgb):
     """The network's input for an RGB uint8 array, and the factors (x, y) from its pixels back to
     the original image's, as the family's validation transform makes them: GluonCV's R-CNN
     validation resize (short side ``short``, longer side at most ``max_size``, bilinear, one
-    factor from the heights), or its YOLOv3 one (a ``max_size`` square) for a square-input
+    factor from the heights), or SSD's and YOLOv3's (the ``short`` square) for a square-input
     model."""
     import mxnet as mx
     from gluoncv.data.transforms import image as timage
@@ -234,7 +245,7 @@ def network_input(model, rgb):
     height, width = rgb.shape[:2]
     image = mx.nd.array(rgb, dtype="uint8")
     if model.square:
-        size = model.max_size
+        size = model.short
         resized, scale = timage.imresize(image, size, size, interp=9), (width / float(size), height / float(size))
     else:
         resized = timage.resize_short_within(image, model.short, model.max_size, interp=1)

@@ -100,7 +100,8 @@ def run_job(config, env, dist, stop):
 
     datasets = read_data(config, env, world, family)
     network = build_network(config, env, family, datasets, per_rank_batch, ctx)
-    effective = dict(effective, short=list(network.train_shorts), max_size=network.max_size)
+    effective = dict(effective, short=list(network.train_shorts), test_short=network.test_short,
+                     max_size=network.max_size)
     loaders = make_loaders(config, family, network, datasets, world, per_rank_batch, ctx)
     try:
         manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
@@ -206,14 +207,15 @@ class Network:
     fitted: object  # what fit_to_data returned; the family's export needs it
     train_shorts: tuple  # the training scales (the network's when not configured)
     max_size: int
+    test_short: int  # the size validation (and so inference) resizes to
 
 
 def build_network(config, env, family, datasets, per_rank_batch, ctx):
     net = family.build_network(config, datasets.classes, per_rank_batch, config.pretrained_base,
                                env.pretrained_dirs, ctx)
     fitted = family.fit_to_data(net, config, datasets)
-    train_shorts, _, max_size = family.image_sizes(config, net)
-    return Network(net, fitted, tuple(train_shorts), max_size)
+    train_shorts, test_short, max_size = family.image_sizes(config, net)
+    return Network(net, fitted, tuple(train_shorts), max_size, test_short)
 
 
 # --- 4. loaders: this rank's shard, the same number of steps on every rank --------------------

@@ -65,7 +65,7 @@ class DetectorFamily:
     report_columns = BOX_AP_COLUMNS  # (column, per-class key, headline key)
     # How inference resizes an image (inference.py), as the family's validation does: "short"
     # (short side to the last training scale, longer side capped, aspect kept) or "square"
-    # (max_size x max_size).
+    # (the square data shape: ``short``, else ``default_size(network)``).
     test_resize = "short"
     demo_defaults = {}
     demo_images = dict(n_train=120, n_test=48, n_train_2012=60)
@@ -84,6 +84,10 @@ class DetectorFamily:
 
     def read_datasets(self, config, root):
         return build_datasets(config, root, instances=self.needs_masks)
+
+    def default_size(self, network):
+        """A square-input family's data shape when ``short`` is not set (None: not square)."""
+        return None
 
     def check_config(self, config):
         """Raise ConfigError for hyperparameters this family cannot use (before data is read)."""

@@ -63,6 +63,7 @@ class SSD(DetectorFamily):
                      for data in ("voc", "coco", "custom"))
     presets = {"voc": _PRESET, "custom": _PRESET, "manifest": _PRESET, "coco": _PRESET}
     options = ("final_fit",)
+    test_resize = "square"  # as SSDValTransform: the data shape's square
     loss_names = LOSS_NAMES
     metric_names = ()
     # `make run-ssd`: the smallest of the four SSDs from scratch at a 128-pixel data shape on the
@@ -81,6 +82,9 @@ class SSD(DetectorFamily):
         "val_interval": "4",
         "log_interval": "10",
     }
+
+    def default_size(self, network):
+        return base_size(network)
 
     def check_config(self, config):
         if config.short is not None and len(config.short) != 1:

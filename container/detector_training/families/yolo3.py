@@ -56,9 +56,10 @@ class YOLOv3(DetectorFamily):
     # each box by its image's ratio, so the losses need no further weight.
     mixup_draw = ("beta", 1.5, 1.5)
     mixup_loss_weight = 1.0
-    # test_resize stays "short" (inference keeps the aspect) although validation squares the image
-    # (YOLOValTransform): "square" would make served and validated scores agree, but the suite's
-    # tiny served YOLO then answers nothing to compare (open, issue 29).
+    test_resize = "square"  # as YOLOValTransform: the short x short square
+
+    def default_size(self, network):
+        return DEFAULT_SIZE
 
     def check_config(self, config):
         short = config.short or (DEFAULT_SIZE,)
