@@ -25,7 +25,7 @@ BASE_IMAGE ?= detector-base:bookworm
 # NVIDIA's stub driver library inside the GPU image, off its loader path (see Dockerfile).
 CUDA_STUB := /opt/detector-training/cuda-stub
 
-.PHONY: venv sdk-venv sysdeps run run-mask run-ssd test container-tier bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
+.PHONY: venv sdk-venv sysdeps run run-mask run-ssd run-yolo test container-tier bench base-image pretrained image image-gpu smoke smoke-gpu engine clean
 venv: $(STAMP)
 
 # OpenMPI (mpirun, and headers for Horovod's MPI controller) comes from the system.
@@ -49,16 +49,18 @@ $(STAMP): $(CONSTRAINTS) container/pyproject.toml Makefile | sysdeps
 	grep -F "[X] MXNet" $(VENV)/horovod-build.txt
 	touch $@
 
+# NETWORK=<name> trains that network with its family's demo recipe (the family's demo_defaults:
+# the CPU-sized settings benchmarks/learning.py measures), in $(RUN_DIR)-<name>.
 run: $(STAMP)
-	$(VENV)/bin/detector-run --output $(RUN_DIR)
+	$(VENV)/bin/detector-run $(if $(NETWORK),--output $(RUN_DIR)-$(NETWORK) --set network=$(NETWORK),--output $(RUN_DIR))
 
-# The same for a Mask R-CNN: generated COCO-format instance masks, GluonCV's ResNet-18 FPN network.
-run-mask: $(STAMP)
-	$(VENV)/bin/detector-run --output $(RUN_DIR)-mask --set network=mask_rcnn_fpn_resnet18_v1b_coco
-
-# The same for an SSD: GluonCV's MobileNet 1.0 SSD at a 128-pixel data shape on `make run`'s data.
-run-ssd: $(STAMP)
-	$(VENV)/bin/detector-run --output $(RUN_DIR)-ssd --set network=ssd_512_mobilenet1.0_voc
+# Each family's demo network: Mask R-CNN (generated COCO-format instance masks), SSD, YOLOv3.
+run-mask:
+	$(MAKE) run NETWORK=mask_rcnn_fpn_resnet18_v1b_coco
+run-ssd:
+	$(MAKE) run NETWORK=ssd_512_mobilenet1.0_voc
+run-yolo:
+	$(MAKE) run NETWORK=yolo3_mobilenet0.25_voc
 
 SDK_VENV ?= .venv-sdk
 SDK_STAMP := $(SDK_VENV)/.installed

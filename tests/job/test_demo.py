@@ -27,6 +27,7 @@ def test_detector_run_with_two_processes_per_host_trains_two_ranks(tmp_path):
 def test_the_demo_layers_the_defaults_of_the_family_of_the_network_asked_for():
     from detector_training.families.faster_rcnn import FasterRCNN
     from detector_training.families.mask_rcnn import MaskRCNN
+    from detector_training.families.yolo3 import YOLOv3
     from detector_training.job.demo import run_hyperparameters, run_images
 
     assert run_hyperparameters({}) == FasterRCNN.demo_defaults
@@ -35,5 +36,30 @@ def test_the_demo_layers_the_defaults_of_the_family_of_the_network_asked_for():
     assert mask["dataset"] == "coco" and mask["short"] == "128"  # the Faster R-CNN demo's size
     assert run_images(mask) == {"n_train": 48, "n_test": 24, "n_train_2012": 24}
     yolo = run_hyperparameters({"network": "yolo3_mobilenet0.25_voc"})
-    assert yolo == {**FasterRCNN.demo_defaults, "network": "yolo3_mobilenet0.25_voc"}
+    assert yolo == {**FasterRCNN.demo_defaults, **YOLOv3.demo_defaults}
+    assert yolo["short"] == "128" and yolo["dataset"] == "custom"
+    # another network of a family: its family's recipe, that network
+    darknet = run_hyperparameters({"network": "yolo3_darknet53_voc"})
+    assert darknet == dict(yolo, network="yolo3_darknet53_voc")
     assert run_images(yolo) == run_images({}) == {"n_train": 120, "n_test": 48, "n_train_2012": 60}
+
+
+def test_make_run_takes_a_network_and_each_familys_shorthand_names_its_demo_network():
+    """`make run NETWORK=...` (and run-mask, run-ssd, run-yolo) run detector-run with that network
+    in its own folder; `make run` alone the default. Dry runs (-n): the recipe each gets is the
+    test above's."""
+    from detector_training import families
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def command(*args):
+        out = subprocess.run(["make", "-n", "--no-print-directory"] + list(args),
+                             cwd=root, capture_output=True, text=True, timeout=60).stdout
+        return [line for line in out.splitlines() if "detector-run" in line][-1]
+
+    assert command("run").endswith("detector-run --output out/run")
+    assert command("run", "NETWORK=ssd_300_vgg16_atrous_voc").endswith(
+        "detector-run --output out/run-ssd_300_vgg16_atrous_voc --set network=ssd_300_vgg16_atrous_voc")
+    for target, family in (("run-mask", "mask_rcnn"), ("run-ssd", "ssd"), ("run-yolo", "yolo3")):
+        network = families.get_by_name(family).demo_defaults["network"]
+        assert command(target).endswith("--output out/run-%s --set network=%s" % (network, network))

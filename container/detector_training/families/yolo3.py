@@ -57,6 +57,23 @@ class YOLOv3(DetectorFamily):
     mixup_draw = ("beta", 1.5, 1.5)
     mixup_loss_weight = 1.0
     test_resize = "square"  # as YOLOValTransform: the short x short square
+    # `make run-yolo` (make run NETWORK=yolo3_mobilenet0.25_voc): the smallest YOLOv3 from scratch
+    # at 128 pixels on the demo's images, with a warm-up, cosine decay and clipped gradients
+    # (without clipping lr 0.01 at batch 8 diverges); benchmarks/learning.py measures it.
+    demo_defaults = {
+        "network": "yolo3_mobilenet0.25_voc",
+        "short": "128",
+        "max_size": "128",
+        "batch_size": "8",
+        "epochs": "60",
+        "lr": "0.004",
+        "lr_base_batch_size": "8",
+        "lr_mode": "cosine",
+        "lr_warmup": "30",
+        "clip_gradient": "5",
+        "val_interval": "5",
+        "log_interval": "20",
+    }
 
     def default_size(self, network):
         return DEFAULT_SIZE

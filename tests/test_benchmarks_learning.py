@@ -1,0 +1,42 @@
+"""benchmarks/learning.py cannot rot: it runs each family's demo recipe (what `make run
+NETWORK=...` runs) as a whole job, reads the scores the job wrote and tabulates them."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import learning  # noqa: E402 (after the path)
+
+from detector_training import families  # noqa: E402
+from detector_training.job.demo import run_hyperparameters  # noqa: E402
+
+
+def test_each_family_is_measured_on_its_demo_network_and_recipe():
+    assert set(learning.FAMILIES) == {family.name for family in families.all_families()}
+    for family, network in learning.FAMILIES.items():
+        assert families.get(network).name == family
+        assert families.get(network).demo_defaults["network"] == network  # make run NETWORK=...
+        assert learning.recipe(family) == run_hyperparameters({"network": network})
+        assert learning.recipe(family, 2)["epochs"] == "2"
+
+
+def test_a_short_run_writes_the_table_and_every_run(tmp_path):
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "learning.py"), "--families", "yolo3",
+         "--datasets", "other", "--seeds", "1", "--epochs", "1", "--images", "8",
+         "--output", str(out)], capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "| yolo3 (`yolo3_mobilenet0.25_voc`) | other | **" in result.stdout
+    with open(out / "learning.json") as handle:
+        written = json.load(handle)
+    (run,) = written["runs"]
+    assert run["family"] == "yolo3" and run["dataset"] == "other" and run["epochs"] == 1
+    assert 0 <= run["AP50"] <= 1 and len(run["AP50_curve"]) == 1 and run["cpu_s"] > 0
+    assert written["recipes"]["yolo3"]["network"] == "yolo3_mobilenet0.25_voc"
+    with open(out / "yolo3" / "other" / "seed1" / "input" / "config" / "hyperparameters.json") as h:
+        assert json.load(h)["seed"] == "1"
