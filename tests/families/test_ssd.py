@@ -1,4 +1,4 @@
-"""The SSD family: its networks and train_ssd.py's presets, anchors fitted to the data shape and
+"""The SSD family: its networks and train_ssd.py's presets, the network's anchors at any data shape
 given to GluonCV's target generator, the multibox loss scaled to the engine's update, data shapes
 the network cannot take, fine-tuning onto other classes, COCO-format data, and whole jobs (one
 rank, two Horovod ranks, stop and resume, a model channel) on generated data."""
@@ -63,23 +63,38 @@ def test_the_data_shape_is_short_by_default_the_networks_own():
         family.check_config(ssd_config(short="64,96"))
 
 
-def test_anchors_scale_with_the_data_shape_and_are_what_the_forward_pass_gives():
-    """At the network's own size its anchors are GluonCV's; at 128 they cover the same share of
-    the image; either way the transform gets what train_ssd.py's forward pass in training mode
-    returns."""
+def test_anchors_keep_the_networks_sizes_at_any_data_shape_and_are_what_the_forward_pass_gives():
+    """As train_ssd.py at another --data-shape: the network's anchor sizes (51.2 pixels first for
+    the 512 networks), tiled by the feature strides; the transform gets what its forward pass in
+    training mode returns. At 128 pixels every demo-sized object then has several positive
+    anchors (sizes scaled to the image left most with the one its target generator forces)."""
+    from gluoncv.data.transforms.presets.ssd import SSDDefaultTrainTransform
+
     family = SSD()
-    own = family.build_network(ssd_config(short=512), ("a", "b"), 1, False, None, mx.cpu())
-    assert own.anchor_generators[0]._sizes[0] == pytest.approx(51.2)  # pylint: disable=protected-access
     config = ssd_config(short=128)
     net = family.build_network(config, ("a", "b"), 1, False, None, mx.cpu())
-    sizes = [g._sizes for g in net.anchor_generators]  # pylint: disable=protected-access
-    own_sizes = [g._sizes for g in own.anchor_generators]  # pylint: disable=protected-access
-    np.testing.assert_allclose(np.array(sizes) * 4, np.array(own_sizes), rtol=1e-6)
+    assert net.anchor_generators[0]._sizes[0] == pytest.approx(51.2)  # pylint: disable=protected-access
     anchors = family.anchors(config, net)
     with mx.autograd.train_mode():
         _, _, forward = net(mx.nd.zeros((1, 3, 128, 128)))
     assert anchors.shape == forward.shape == (1, 390, 4)
     np.testing.assert_allclose(anchors.asnumpy(), forward.asnumpy())
+    centre = anchors[0, :, :2].asnumpy()
+    assert centre.min() == 8 and sorted(set(centre[:256, 0])) == list(range(8, 128, 16))  # stride 16
+    # objects of a fifth to a half of the image, anywhere: several positives each on average
+    # (5.1; with sizes a quarter of these, scaled to the image: 1.6), two or more from a third up
+    transform = SSDDefaultTrainTransform(128, 128, anchors)
+    rng = np.random.RandomState(0)
+    positives = []
+    for _ in range(40):
+        side = rng.uniform(26, 64)
+        x0, y0 = rng.uniform(0, 128 - side, 2)
+        label = np.array([[x0, y0, x0 + side, y0 + side, 0]], dtype="float32")
+        targets = transform._target_generator(anchors, None, mx.nd.array(label[None, :, :4]),  # pylint: disable=protected-access
+                                              mx.nd.array(label[None, :, 4:5]))[0]
+        positives.append((side, int((targets.asnumpy() > 0).sum())))
+    assert np.mean([count for _, count in positives]) >= 3, positives
+    assert all(count >= 2 for side, count in positives if side >= 43), positives
 
 
 def test_a_data_shape_the_vgg_layers_cannot_take_is_a_config_error_naming_the_smallest(voc_root):

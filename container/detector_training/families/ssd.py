@@ -10,9 +10,10 @@ positives), normalised by the batch's positive anchors; it is logged as ``cross_
 ``smooth_l1``, the names the built-in algorithm's training metrics have.
 
 The input is square: ``short`` is the data shape (GluonCV's --data-shape), by default the
-network's own (300 or 512). At another data shape the anchor sizes are scaled with it (the
-anchors' steps are the feature strides and stay), so the anchors cover the same share of the image
-as at the network's own size. Validation resizes to the square data shape (SSDDefaultValTransform)
+network's own (300 or 512). At another data shape the anchors keep the network's sizes, as
+train_ssd.py's --data-shape does: their steps are the feature strides, which do not change, and
+sizes scaled down with the image (tried: a quarter at 128 pixels) no longer tile the coarser grid,
+so most objects matched one anchor and an SSD at 128 pixels did not learn. Validation resizes to the square data shape (SSDDefaultValTransform)
 and maps the boxes back to the original image, so VOC07 mAP and COCO's metric both score in
 original pixels.
 """
@@ -37,24 +38,9 @@ BASES = ("300_vgg16_atrous", "512_vgg16_atrous", "512_resnet50_v1", "512_mobilen
 # x0.1 at 160 and 200, no warm-up; the COCO ones the same schedule).
 _PRESET = dict(epochs=240, lr=0.001, lr_decay_epoch=(160, 200), lr_warmup=-1, wd=5e-4,
                lr_base_batch_size=32)
-# The function every predefined SSD hands its settings to (name, base size, ..., sizes=...).
-ZOO_BUILDER = ("gluoncv.model_zoo.ssd.presets", "get_ssd")
-
-
 def base_size(network):
     """The data shape a network is defined at: 300 or 512, from its name."""
     return int(network.split("_")[1])
-
-
-def scaled_anchor_sizes(size):
-    """An override for GluonCV's get_ssd: anchor sizes scaled from the network's base size to the
-    data shape ``size`` (none at the base size)."""
-    def override(args, kwargs):
-        base = args[1] if len(args) > 1 else kwargs["base_size"]
-        if size == base:
-            return {}
-        return {"sizes": [s * float(size) / base for s in kwargs["sizes"]]}
-    return override
 
 
 class SSD(DetectorFamily):
@@ -73,14 +59,14 @@ class SSD(DetectorFamily):
         "short": "128",
         "max_size": "128",
         "batch_size": "8",
-        "epochs": "16",
+        "epochs": "40",
         "lr": "0.004",
         "lr_base_batch_size": "8",
         "lr_mode": "cosine",
         "lr_warmup": "40",
         "wd": "0.0005",
-        "val_interval": "4",
-        "log_interval": "10",
+        "val_interval": "5",
+        "log_interval": "20",
     }
 
     def default_size(self, network):
@@ -111,8 +97,7 @@ class SSD(DetectorFamily):
             own = {config.network: lambda **kwargs: get_model(
                 config.network, pretrained=False, classes=list(classes), **kwargs)}
         return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
-                                 own_networks=own, builder=ZOO_BUILDER,
-                                 overrides=scaled_anchor_sizes(self.data_shape(config)),
+                                 own_networks=own,
                                  nms_threshold=config.nms_threshold)
 
     def fit_to_data(self, net, config, datasets):
