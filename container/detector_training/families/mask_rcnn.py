@@ -61,11 +61,11 @@ class MaskRCNN(FasterRCNN):
         "dataset": "coco",
         "rcnn_num_samples": "128",
         "batch_size": "2",
-        "epochs": "4",
+        "epochs": "6",
         "lr": "0.02",
         "lr_base_batch_size": "2",
         "lr_mode": "step",
-        "lr_decay_epoch": "3",
+        "lr_decay_epoch": "5",
         "lr_warmup": "20",
         "val_interval": "1",  # box and mask mAP after every epoch
     }
