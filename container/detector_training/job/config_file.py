@@ -88,8 +88,10 @@ IGNORED.update({("model", key): "it shapes the seed trainer's custom network; th
                 for key in CUSTOM_NETWORK_KEYS})
 START_EPOCH_NOTE = "a job starts at epoch 0, or resumes from its checkpoints at their epoch"
 # What the job adds to its config.json beside the hyperparameters (world size, global batch,
-# effective lr, ...): recomputed for the world a replay runs in.
-DERIVED_KEYS = tuple(sorted(set(config_mod.TrainConfig().resolved(1)) - set(config_mod.FIELDS)))
+# effective lr, ...; test_short: the size its validation resized to, from the network and short):
+# recomputed for the world a replay runs in.
+DERIVED_KEYS = tuple(sorted(set(config_mod.TrainConfig().resolved(1)) - set(config_mod.FIELDS)
+                            | {"test_short"}))
 
 
 class _Mapping(dict):
