@@ -13,11 +13,12 @@ import re
 import shutil
 import subprocess
 import tarfile
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import BIN, trained_job
-from detector_training import evaluate
+from detector_training import evaluate, families
 from detector_training.core.eval_report import FILES as REPORT_FILES
 from detector_training.data import formats
 from detector_training.errors import DataError
@@ -137,6 +138,23 @@ def test_the_staged_channels_show_the_test_data_as_training_and_validation(tmp_p
     staged = formats.stage_evaluation_data(str(tmp_path / "data"), str(tmp_path))
     for name in ("train", "validation"):
         assert os.listdir(os.path.join(staged, name)) == ["labels.json"]
+
+
+@pytest.mark.parametrize("network, short, test_short, expected", [
+    ("yolo3_mobilenet0.25_voc", [96, 128, 160], 128, (128,)),  # multi-scale: its validation size
+    ("ssd_512_mobilenet1.0_voc", [128], 128, (128,)),
+    ("faster_rcnn_resnet18_v1b_voc", [96, 128], 128, (96, 128)),  # R-CNN: its scales, last tests
+    ("yolo3_mobilenet0.25_voc", [96], None, (96,)),  # a model from before test_short
+])
+def test_a_model_is_scored_at_the_sizes_it_validated_at(network, short, test_short, expected):
+    model = evaluate.EvaluatedModel("m", "m/model.params", ["a", "b"],
+                                    {"network": network, "short": short, "test_short": test_short,
+                                     "max_size": 1000, "multi_scale": True})
+    base = evaluate.from_hyperparameters({"dataset": "custom"})
+    env = SimpleNamespace(hyperparameters={"dataset": "custom"})
+    config = evaluate.evaluation_config(base, env, model)
+    assert config.network == network and config.short == expected
+    families.get(network).check_config(config)  # the family takes it
 
 
 def test_a_subset_of_the_models_classes_is_scored_with_a_warning(caplog):

@@ -100,6 +100,9 @@ def evaluation_config(config, env, model):
     for key in MODEL_KEYS:
         if model.config.get(key) is not None:
             values[key] = json.dumps(model.config[key])
+    if inference.square_input(model.config) and model.config.get("test_short") is not None:
+        # its validation size (short lists a multi-scale YOLOv3's training sizes)
+        values["short"] = json.dumps(model.config["test_short"])
     values.update(val_fraction="0", final_fit="false", skip_empty="false")
     if takes_class_list(config, model.classes):  # label rows then index the model's classes
         values["classes"] = json.dumps(model.classes)
