@@ -148,7 +148,7 @@ def main(argv=None):
                     run["wall_s"]), flush=True)
                 runs.append(run)
     rows = summarise(runs)
-    print("\n| family (network) | dataset | median box AP50 (%d seeds) | per seed | mask AP50 "
+    print("\n| family (network) | dataset | median box AP50 (%d seed(s)) | per seed | mask AP50 "
           "| epochs | median CPU s | median wall s |" % args.seeds)
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
