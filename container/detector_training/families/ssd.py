@@ -55,7 +55,7 @@ class SSD(DetectorFamily):
     # `make run-ssd`: the smallest of the four SSDs from scratch at a 128-pixel data shape on the
     # demo's generated images (benchmarks/learning.py --families ssd measures what it reaches):
     # GluonCV's lr scaled up for a from-scratch start (0.008 at batch 8; 0.004 held it near 0.2)
-    # and about 7 minutes of epochs on 2 cores, decayed by a cosine.
+    # and about 670 CPU seconds of epochs, decayed by a cosine.
     demo_defaults = {
         "network": "ssd_512_mobilenet1.0_voc",
         "short": "128",
