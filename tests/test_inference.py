@@ -409,3 +409,20 @@ def test_a_labelled_set_is_evaluated_into_the_report(model, tmp_path, wide_image
     stranger = LabelledSet(images=[LabelledImage(str(path), [Box(1, 1, 9, 9, "zebra")], where="a.xml")])
     with pytest.raises(inference.InferenceError, match="a.xml: class zebra is not one of the model's"):
         list(inference.labelled_set_samples(stranger, model.classes))
+
+
+def test_an_mxnet_error_reads_the_same_every_time_without_its_clock_and_source_file():
+    """Two workers that fail on the same model one second apart log the same reason."""
+    import mxnet as mx
+
+    from detector_training.inference import one_line
+
+    reasons = set()
+    for when in ("01:48:53", "01:48:54"):
+        error = mx.base.MXNetError(
+            "Traceback (most recent call last):\n  File \"../src/a.cc\", line 1\n"
+            "Error in operator rpn0_slice_axis0: [%s] ../src/operator/tensor/./matrix_op-inl.h:1294: "
+            "Check failed: *end <= axis_size: Invalid end for end=100 as axis_size is 12" % when)
+        reasons.add(one_line(error))
+    assert reasons == {"Error in operator rpn0_slice_axis0: Check failed: *end <= axis_size: "
+                       "Invalid end for end=100 as axis_size is 12"}

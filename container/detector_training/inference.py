@@ -17,6 +17,7 @@ checks a model directory without it.
 """
 
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -298,11 +299,17 @@ def _clip(value, upper):
     return float(min(max(float(value), 0.0), float(upper)))
 
 
+# MXNet's place in its own sources inside a message: "[01:48:53] ../src/operator/x.h:1294: ".
+_MXNET_SOURCE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")
+
+
 def one_line(exc):
-    """The first non-empty line of an exception's text (MXNet's run to many lines)."""
+    """The first non-empty line of an exception's text (MXNet's run to many lines; its check
+    failure when it has one), without MXNet's clock time and source file, so that the same fault
+    reads the same every time."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = next((line for line in lines if "Check failed" in line), lines[0] if lines else "")
-    return text or type(exc).__name__
+    return _MXNET_SOURCE.sub("", text) or type(exc).__name__
 
 
 # --- evaluate: a model on labelled images ---------------------------------------------------------
