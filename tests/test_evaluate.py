@@ -121,6 +121,29 @@ def test_without_a_model_channel_the_job_fails_saying_what_to_put_there(trained,
         assert "has no 'model' channel" in handle.read()
 
 
+@pytest.mark.parametrize("damage", ["truncated", "another-networks"])
+def test_parameters_that_do_not_load_fail_as_a_data_error_naming_the_file(trained, tmp_path, damage):
+    import mxnet as mx
+
+    trained_base, _ = trained
+    base = evaluation_job(tmp_path / "opt_ml", trained_base, {"mode": "evaluate", "num_workers": "0"},
+                          model_as="directory")
+    params = os.path.join(base, "input", "data", "model", "model.params")
+    if damage == "truncated":
+        with open(params, "r+b") as handle:
+            handle.truncate(os.path.getsize(params) // 2)
+    else:
+        mx.nd.save(params, {"conv0_weight": mx.nd.ones((2, 3, 3, 3))})
+    result = run_command("train", base)
+    assert result.returncode != 0
+    with open(os.path.join(base, "output", "failure")) as handle:
+        failure = handle.read()
+    assert failure.startswith("DataError: cannot load model.params from the 'model' channel into "
+                              "faster_rcnn"), failure
+    assert "Traceback" not in failure and "File \"" not in failure and "\n" not in failure.strip(), failure
+    assert not os.path.exists(os.path.join(base, "model", "evaluation.json"))
+
+
 # --- the pieces ----------------------------------------------------------------------------------
 
 def test_the_test_channel_is_preferred_to_validation_and_one_of_them_is_needed(tmp_path):

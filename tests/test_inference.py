@@ -415,7 +415,7 @@ def test_an_mxnet_error_reads_the_same_every_time_without_its_clock_and_source_f
     """Two workers that fail on the same model one second apart log the same reason."""
     import mxnet as mx
 
-    from detector_training.inference import one_line
+    from detector_training.errors import one_line
 
     reasons = set()
     for when in ("01:48:53", "01:48:54"):

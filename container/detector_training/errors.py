@@ -5,6 +5,8 @@ The top-level handler turns it into the short ``/opt/ml/output/failure`` text (S
 the first 1024 characters as the job's FailureReason) and logs the full traceback.
 """
 
+import re
+
 FAILURE_LIMIT = 1000  # SageMaker keeps 1024 characters; stay safely under it.
 
 
@@ -86,6 +88,22 @@ def shorten(text, limit=FAILURE_LIMIT):
     if len(text) <= limit:
         return text
     return text[: limit - 3] + "..."
+
+
+_MXNET_SOURCE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")
+# The lines of a traceback MXNet puts in its error text: where the fault was, not what it was.
+_TRACE_LINE = re.compile(r'Traceback \(most recent call last\):$|File ".*", line \d+|Stack trace:$|\[bt\] ')
+
+
+def one_line(exc):
+    """An exception's text in one line, for a reason a user reads: MXNet's run to many lines, with
+    a traceback of its C++ source; this is its check failure when it has one, else the first line
+    that is not part of a traceback, without MXNet's clock time and source file, so that the same
+    fault reads the same every time."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [line for line in lines if not _TRACE_LINE.match(line)] or lines
+    text = next((line for line in lines if "Check failed" in line), lines[0] if lines else "")
+    return _MXNET_SOURCE.sub("", text) or type(exc).__name__
 
 
 def failure_text_for(exc):

@@ -17,7 +17,6 @@ checks a model directory without it.
 """
 
 import os
-import re
 import shutil
 import tempfile
 import warnings
@@ -25,7 +24,7 @@ import warnings
 from detector_training.core import archive, model_dir
 from detector_training.core.files import json_preview
 from detector_training.data import formats
-from detector_training.errors import ModelError
+from detector_training.errors import ModelError, one_line
 
 DEFAULT_THRESHOLD = 0.5  # the minimum score answered when a request or command names none
 DEFAULT_MAX_DETECTIONS = 100
@@ -300,18 +299,6 @@ def _clip(value, upper):
 
 
 # MXNet's place in its own sources inside a message: "[01:48:53] ../src/operator/x.h:1294: ".
-_MXNET_SOURCE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")
-
-
-def one_line(exc):
-    """The first non-empty line of an exception's text (MXNet's run to many lines; its check
-    failure when it has one), without MXNet's clock time and source file, so that the same fault
-    reads the same every time."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = next((line for line in lines if "Check failed" in line), lines[0] if lines else "")
-    return _MXNET_SOURCE.sub("", text) or type(exc).__name__
-
-
 # --- evaluate: a model on labelled images ---------------------------------------------------------
 
 def labelled_results(model, samples):

@@ -12,6 +12,7 @@ import zlib
 
 from detector_training import inference
 from detector_training.core.files import atomic_write
+from detector_training.errors import one_line
 from detector_training.values import parse_score_threshold
 
 # Distinct, saturated colours; a class keeps its colour across images and runs.
@@ -117,7 +118,7 @@ def main(argv=None):
         print("detector-predict: error: %s" % exc, file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. the output directory cannot be written
-        print("detector-predict: error: %s" % inference.one_line(exc), file=sys.stderr)
+        print("detector-predict: error: %s" % one_line(exc), file=sys.stderr)
         return 1
     print("drew %d detection(s) with score >= %g on %s -> %s"
           % (drawn, args.threshold, args.image, args.output))

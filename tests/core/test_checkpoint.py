@@ -178,8 +178,9 @@ def test_a_damaged_optimizer_state_is_a_checkpoint_error(tmp_path):
     _, trainer, _ = _trained(1)
     save_optimizer_state(trainer, str(tmp_path))
     (tmp_path / "optimizer.params").write_bytes(b"\x00" * 40)
-    with pytest.raises(CheckpointError, match="cannot be read"):
+    with pytest.raises(CheckpointError, match="cannot be read: .*Invalid NDArray file format") as caught:
         read_optimizer_state(str(tmp_path))
+    assert "Traceback" not in str(caught.value) and "ndarray.cc" not in str(caught.value)  # MXNet's C++ trace
     save_optimizer_state(trainer, str(tmp_path))
     layout = json.load(open(tmp_path / "optimizer.json"))
     layout["states"]["0"] = "no-such-array"

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from detector_training.core.files import atomic_write_text, fsync_dir, read_json
-from detector_training.errors import CheckpointError
+from detector_training.errors import CheckpointError, one_line
 
 LOG = logging.getLogger("detector_training")
 POINTER = "latest"
@@ -200,7 +200,7 @@ def read_optimizer_state(directory):
         int(layout["num_update"])
         {int(k): int(v) for k, v in layout["index_update_count"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError, mx.base.MXNetError) as exc:
-        raise CheckpointError("the optimizer state in checkpoint %s cannot be read: %s" % (directory, exc),
+        raise CheckpointError("the optimizer state in checkpoint %s cannot be read: %s" % (directory, one_line(exc)),
                               _REMOVE_IT) from exc
     return layout, arrays
 

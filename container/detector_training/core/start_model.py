@@ -19,7 +19,7 @@ import tempfile
 from detector_training.core import archive
 from detector_training.core.model_dir import (CLASSES_FILE, START_PARAMS, extract_model, read_classes,
                                               shallowest_with)
-from detector_training.errors import DataError, ModelError
+from detector_training.errors import DataError, ModelError, one_line
 
 LOG = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def load_start_model(net, params_path, saved_classes, ctx):
         saved = mx.nd.load(params_path)
     except mx.base.MXNetError as exc:
         raise DataError("cannot read %s from the 'model' channel (%s)." % (
-            os.path.basename(params_path), str(exc).strip().splitlines()[-1][:200]),
+            os.path.basename(params_path), one_line(exc)[:200]),
             "put the model.tar.gz an earlier job wrote into the 'model' channel.") from None
     new_classes = list(net.classes)
     differ = saved_classes is not None and list(saved_classes) != new_classes

@@ -14,6 +14,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from detector_training import inference
+from detector_training.errors import one_line
 from detector_training.serve import formats
 
 LOG = logging.getLogger("detector_training.serve")
@@ -33,7 +34,7 @@ def load_worker_model(env):
         inference.detect_image(model, grey, threshold=1.0)
     except Exception as exc:  # MXNetError and friends: an export that loads but cannot run
         raise inference.InferenceError("invalid model %s: its warm-up forward pass failed (%s)"
-                                       % (env.model_dir, inference.one_line(exc))) from exc
+                                       % (env.model_dir, one_line(exc))) from exc
     LOG.info("serve: model %s loaded and warmed up in %.1f s (classes %s, short %d, max_size %d)",
              env.model_dir, time.time() - started, ", ".join(model.classes), model.short,
              model.max_size)
