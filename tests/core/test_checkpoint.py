@@ -190,3 +190,24 @@ def test_a_damaged_optimizer_state_is_a_checkpoint_error(tmp_path):
     (tmp_path / "optimizer.json").write_text('{"format": 1, "states": ' + "[" * 100000 + "]" * 100000 + "}")
     with pytest.raises(CheckpointError, match="optimizer.json is not usable JSON: it is nested more than"):
         read_optimizer_state(str(tmp_path))
+
+
+def test_a_checkpoint_of_another_network_is_a_checkpoint_error_naming_it(tmp_path):
+    """A checkpoint location reused by a job of another network: its parameters do not load."""
+    import mxnet as mx
+
+    from detector_training.core.checkpoint import Position, load_latest, save_checkpoint
+
+    other, trainer, _ = _trained(1)  # Dense(3, in_units=4)
+    manager = CheckpointManager(str(tmp_path), keep=2)
+    save_checkpoint(manager, other, trainer, Position(epoch=1, global_step=1),
+                    {"network": "yolo3_darknet53_voc"})
+    net = mx.gluon.nn.Dense(5, in_units=4)
+    net.initialize()
+    with pytest.raises(CheckpointError) as caught:
+        load_latest(manager, net, mx.cpu())
+    text = str(caught.value)
+    assert "checkpoint %s holds parameters of yolo3_darknet53_voc that do not load into this " \
+           "job's network:" % os.path.join(str(tmp_path), "ckpt-00000001") in text, text
+    assert "shape" in text and "Traceback" not in text, text
+    assert "a checkpoint location of its own" in text, text
