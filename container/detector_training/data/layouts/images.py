@@ -5,7 +5,7 @@ import os
 
 from PIL import Image, UnidentifiedImageError
 
-from detector_training.errors import DataError
+from detector_training.errors import DataError, one_line
 
 # The extensions an annotation's image is looked up with (any case), in the order tried.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
@@ -26,8 +26,7 @@ def image_size(source, where=None):
             width, height = image.size
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError,
             ValueError) as exc:
-        raise DataError("image %s cannot be read (%s)." % (where, str(exc).splitlines()[0][:200]
-                                                            if str(exc) else type(exc).__name__),
+        raise DataError("image %s cannot be read (%s)." % (where, one_line(exc)[:200]),
                         "replace the file with an intact JPEG, PNG or BMP, or remove it and its "
                         "annotation.") from exc
     if width <= 0 or height <= 0 or width * height > MAX_PIXELS:
