@@ -28,7 +28,7 @@ from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
 from detector_training.errors import ConfigError
 from detector_training.families.base import DetectorFamily
-from detector_training.families.yolo3 import detect_original_boxes
+from detector_training.families.yolo3 import SquareValTransform, detect_original_boxes
 
 LOG = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class SSD(DetectorFamily):
                      for data in ("voc", "coco", "custom"))
     presets = {"voc": _PRESET, "custom": _PRESET, "manifest": _PRESET, "coco": _PRESET}
     options = ("final_fit",)
-    test_resize = "square"  # as SSDValTransform: the data shape's square
+    test_resize = "square"  # as SquareValTransform: the data shape's square
     loss_names = LOSS_NAMES
     metric_names = ()
     # `make run-ssd`: the smallest of the four SSDs from scratch at a 128-pixel data shape on the
@@ -140,7 +140,7 @@ class SSD(DetectorFamily):
     def val_loader(self, config, net, datasets, world, num_workers):
         from gluoncv.data.batchify import Append, Tuple
 
-        return val_shard_loader(datasets, world, SSDValTransform(self.data_shape(config)),
+        return val_shard_loader(datasets, world, SquareValTransform(self.data_shape(config), "ssd"),
                                 Tuple(*[Append() for _ in range(3)]), num_workers)
 
     def materialize(self, net, batch, ctx):
@@ -191,23 +191,6 @@ def clear_targets(outputs):
     _image, class_targets, box_targets = outputs
     class_targets[:] = 0
     box_targets[:] = 0
-
-
-class SSDValTransform:
-    """GluonCV's SSDDefaultValTransform (square resize, normalise), with the label kept in
-    original pixels and the per-coordinate scale back to them: (image, label, [sx, sy, sx, sy])."""
-
-    def __init__(self, size):
-        self.size = size
-
-    def __call__(self, src, label):
-        import mxnet as mx
-        from gluoncv.data.transforms.presets.ssd import SSDDefaultValTransform
-
-        height, width = src.shape[:2]
-        img, _ = SSDDefaultValTransform(self.size, self.size)(src, label)
-        scale = [width / float(self.size), height / float(self.size)] * 2
-        return img, label.astype("float32"), mx.nd.array(scale)
 
 
 class SSDStep:

@@ -56,7 +56,7 @@ class YOLOv3(DetectorFamily):
     # each box by its image's ratio, so the losses need no further weight.
     mixup_draw = ("beta", 1.5, 1.5)
     mixup_loss_weight = 1.0
-    test_resize = "square"  # as YOLOValTransform: the short x short square
+    test_resize = "square"  # as SquareValTransform: the short x short square
     # `make run-yolo` (make run NETWORK=yolo3_mobilenet0.25_voc): the smallest YOLOv3 from scratch
     # at 128 pixels on the demo's images, with a warm-up, cosine decay and clipped gradients
     # (without clipping lr 0.01 at batch 8 diverges); benchmarks/learning.py measures it. From
@@ -132,7 +132,7 @@ class YOLOv3(DetectorFamily):
         from gluoncv.data.batchify import Append, Tuple
 
         _, size, _ = self.image_sizes(config, net)
-        return val_shard_loader(datasets, world, YOLOValTransform(size),
+        return val_shard_loader(datasets, world, SquareValTransform(size, "yolo3"),
                                 Tuple(*[Append() for _ in range(3)]), num_workers)
 
     def materialize(self, net, batch, ctx):
@@ -174,19 +174,27 @@ def clear_targets(outputs):
     boxes[:] = -1
 
 
-class YOLOValTransform:
-    """GluonCV's YOLO3DefaultValTransform (square resize, normalise), with the label kept in
-    original pixels and the per-coordinate scale back to them: (image, label, [sx, sy, sx, sy])."""
+class SquareValTransform:
+    """A square-input family's GluonCV validation transform (``family`` "yolo3":
+    YOLO3DefaultValTransform, "ssd": SSDDefaultValTransform; both resize to the square and
+    normalise), with the label kept in original pixels and the per-coordinate scale back to them:
+    (image, label, [sx, sy, sx, sy])."""
 
-    def __init__(self, size):
+    def __init__(self, size, family):
+        if family not in ("yolo3", "ssd"):
+            raise ValueError("no square validation transform for family %r" % family)
         self.size = size
+        self.family = family
 
     def __call__(self, src, label):
         import mxnet as mx
-        from gluoncv.data.transforms.presets.yolo import YOLO3DefaultValTransform
 
+        if self.family == "ssd":
+            from gluoncv.data.transforms.presets.ssd import SSDDefaultValTransform as preset
+        else:
+            from gluoncv.data.transforms.presets.yolo import YOLO3DefaultValTransform as preset
         height, width = src.shape[:2]
-        img, _ = YOLO3DefaultValTransform(self.size, self.size)(src, label)
+        img, _ = preset(self.size, self.size)(src, label)
         scale = [width / float(self.size), height / float(self.size)] * 2
         return img, label.astype("float32"), mx.nd.array(scale)
 
