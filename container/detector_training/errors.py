@@ -90,6 +90,7 @@ def shorten(text, limit=FAILURE_LIMIT):
     return text[: limit - 3] + "..."
 
 
+# MXNet's place in its own sources inside a message: "[01:48:53] ../src/operator/x.h:1294: ".
 _MXNET_SOURCE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")
 # The lines of a traceback MXNet puts in its error text: where the fault was, not what it was.
 _TRACE_LINE = re.compile(r'Traceback \(most recent call last\):$|File ".*", line \d+|Stack trace:$|\[bt\] ')

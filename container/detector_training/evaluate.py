@@ -30,8 +30,9 @@ from detector_training.core.evaluation import validate
 from detector_training.core.files import write_json
 from detector_training.core.model_dir import (BEST_PARAMS, EXPORT_FILES, FINAL_PARAMS,
                                               extract_model, read_export, shallowest_with)
+from detector_training.core.networks import load_parameters
 from detector_training.data import formats
-from detector_training.errors import DataError, ModelError, one_line
+from detector_training.errors import DataError, ModelError
 from detector_training.job.config import from_hyperparameters
 from detector_training.job.sm_env import JobPaths
 
@@ -185,8 +186,6 @@ def data_classes(config, root):
 def run_evaluation(config, env, dist, ctx):
     """Score the model channel's model on the test data on every rank; the main rank writes
     evaluation.json and the report. Returns the scores (the same on every rank)."""
-    import mxnet as mx
-
     world = dist.world
     scratch = tempfile.mkdtemp(prefix="detector-evaluate-rank%d-" % world.rank)
     try:
@@ -207,12 +206,10 @@ def run_evaluation(config, env, dist, ctx):
                      config.dataset)
         net = family.build_network(config, model.classes, 1, False, None, ctx)
         family.fit_to_data(net, config, datasets)  # the proposal caps of these images
-        try:
-            net.load_parameters(model.params, ctx=ctx, ignore_extra=True)  # training-only encoders
-        except (mx.base.MXNetError, AssertionError, RuntimeError, ValueError, OSError) as exc:
-            # A damaged file, or parameters of another network: gluon says which in its own words.
+        reason = load_parameters(net, model.params, ctx, ignore_extra=True)  # training-only encoders
+        if reason:
             raise DataError("cannot load %s from the 'model' channel into %s: %s." % (
-                os.path.basename(model.params), config.network, one_line(exc)[:300]), MODEL_FIX) from None
+                os.path.basename(model.params), config.network, reason), MODEL_FIX)
         if not config.disable_hybridization:
             net.hybridize(static_alloc=config.static_alloc)
         loader, indices = family.val_loader(config, net, datasets, world, 0)

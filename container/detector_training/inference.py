@@ -298,7 +298,6 @@ def _clip(value, upper):
     return float(min(max(float(value), 0.0), float(upper)))
 
 
-# MXNet's place in its own sources inside a message: "[01:48:53] ../src/operator/x.h:1294: ".
 # --- evaluate: a model on labelled images ---------------------------------------------------------
 
 def labelled_results(model, samples):

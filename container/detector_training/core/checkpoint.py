@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from detector_training.core.files import atomic_write_text, fsync_dir, read_json
+from detector_training.core.networks import load_parameters
 from detector_training.errors import CheckpointError, one_line
 
 LOG = logging.getLogger("detector_training")
@@ -300,19 +301,16 @@ class Resume:
 def load_latest(manager, net, ctx):
     """Load the newest complete checkpoint's parameters into ``net`` (main rank); its Resume, or
     None when there is none."""
-    import mxnet as mx
-
     latest = manager.latest()
     if not latest:
         return None
     path, state = latest
-    try:
-        net.load_parameters(os.path.join(path, MODEL_PARAMS), ctx=ctx)
-    except (mx.base.MXNetError, AssertionError, RuntimeError, ValueError, OSError) as exc:
+    reason = load_parameters(net, os.path.join(path, MODEL_PARAMS), ctx)
+    if reason:
         config = state.get("config") if isinstance(state.get("config"), dict) else {}
         raise CheckpointError(
             "checkpoint %s holds parameters of %s that do not load into this job's network: %s" % (
-                path, config.get("network") or "another network", one_line(exc)[:300]),
+                path, config.get("network") or "another network", reason),
             "give each network a checkpoint location of its own (checkpoint_s3_uri), or remove "
             "the checkpoints there to start afresh.") from None
     return Resume(Position.from_state(state), read_optimizer_state(path), path)

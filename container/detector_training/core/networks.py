@@ -12,7 +12,7 @@ import glob
 import logging
 import os
 
-from detector_training.errors import PretrainedWeightsError
+from detector_training.errors import PretrainedWeightsError, one_line
 
 LOG = logging.getLogger(__name__)
 
@@ -214,6 +214,19 @@ def initialize_new_parameters(net):
             param.initialize(init=mx.init.One())
         else:
             param.initialize(default_init=mx.init.MSRAPrelu(slope=0.0))
+
+
+def load_parameters(net, path, ctx, ignore_extra=False):
+    """``net.load_parameters``; None when the file loaded, else why it does not load into ``net``
+    (damaged, or another network's or classes'), gluon's reason in one line, for the caller to
+    say where the file came from."""
+    import mxnet as mx
+
+    try:
+        net.load_parameters(path, ctx=ctx, ignore_extra=ignore_extra)
+    except (mx.base.MXNetError, AssertionError, RuntimeError, ValueError, OSError) as exc:
+        return one_line(exc)[:300]
+    return None
 
 
 def trainable_params(net):
