@@ -312,7 +312,7 @@ def load_latest(manager, net, ctx):
             "checkpoint %s holds parameters of %s that do not load into this job's network: %s" % (
                 path, config.get("network") or "another network", reason),
             "give each network a checkpoint location of its own (checkpoint_s3_uri), or remove "
-            "the checkpoints there to start afresh.") from None
+            "the checkpoints there to start afresh.")
     return Resume(Position.from_state(state), read_optimizer_state(path), path)
 
 
