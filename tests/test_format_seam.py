@@ -67,3 +67,32 @@ def test_the_scan_finds_each_spelling_of_such_a_branch(tmp_path):
                     'z = values["dataset"] != "manifest"\n'
                     'fine = datasets.metric == "coco"\n')
     assert [line for line, _ in dataset_branches(str(path))] == [1, 3, 4, 5]
+
+
+def metric_branches(path):
+    """(line, source) of each comparison of a ``.metric`` with a text literal: what differs between
+    the metrics is an attribute of core/evaluation.py's Metric objects, asked, never a name."""
+    source = open(path).read()
+    found = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left] + list(node.comparators)
+            if any(isinstance(s, ast.Attribute) and s.attr == "metric" for s in sides) \
+                    and any(is_literal_text(s) for s in sides):
+                found.append((node.lineno, ast.get_source_segment(source, node)))
+    return found
+
+
+def test_no_module_compares_a_metric_with_a_name():
+    problems = []
+    for module in module_names():
+        path = source_path(module)
+        problems += ["%s:%d: %s" % (os.path.relpath(path, ROOT), line, text)
+                     for line, text in metric_branches(path)]
+    assert not problems, "metrics compared by name:\n" + "\n".join(problems)
+
+
+def test_the_metric_scan_finds_such_a_comparison(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('a = datasets.metric == "coco"\nb = fmt.metric != "voc07"\nc = datasets.metric.report_ious\n')
+    assert [line for line, _ in metric_branches(str(path))] == [1, 2]

@@ -25,7 +25,6 @@ import tempfile
 
 from detector_training import families, inference
 from detector_training.core import archive
-from detector_training.core.eval_report import COCO_IOUS
 from detector_training.core.evaluation import validate
 from detector_training.core.files import write_json
 from detector_training.core.model_dir import (BEST_PARAMS, EXPORT_FILES, FINAL_PARAMS,
@@ -105,7 +104,7 @@ def evaluation_config(config, env, model):
         # its validation size (short lists a multi-scale YOLOv3's training sizes)
         values["short"] = json.dumps(model.config["test_short"])
     values.update(val_fraction="0", final_fit="false", skip_empty="false")
-    if takes_class_list(config, model.classes):  # label rows then index the model's classes
+    if takes_class_list(config):  # label rows then index the model's classes
         values["classes"] = json.dumps(model.classes)
     values.pop("num_classes", None)  # the model's classes are the list
     # Formats read a training split too: let it be the data to score (a VOCdevkit's or a COCO
@@ -114,12 +113,10 @@ def evaluation_config(config, env, model):
     return from_hyperparameters(values)
 
 
-def takes_class_list(config, classes):
-    """Whether the data format takes a class list (the ``classes`` hyperparameter): not one
-    whose classes are fixed (voc), whose rules then refuse it."""
-    fmt = formats.get(config.dataset)
-    return len(fmt.check_config(dataclasses.replace(config, classes=tuple(classes)))) == \
-        len(fmt.check_config(dataclasses.replace(config, classes=())))
+def takes_class_list(config):
+    """Whether the data format takes a class list (the ``classes`` hyperparameter): not one whose
+    classes are fixed by the format (``DataFormat.fixed_classes``: voc)."""
+    return not formats.get(config.dataset).fixed_classes
 
 
 def check_fixed_classes(data_classes, model_classes):
@@ -198,7 +195,7 @@ def run_evaluation(config, env, dist, ctx):
         found = data_classes(config, root)
         missing = check_classes(found, model.classes) if found is not None else []
         datasets = family.read_datasets(config, root)
-        if found is None and not takes_class_list(config, model.classes):
+        if found is None and not takes_class_list(config):
             check_fixed_classes(datasets.classes, model.classes)
         if world.is_main:
             LOG.info("evaluation: model %s (%s, classes %s) on %d image(s) of dataset=%s",
@@ -237,7 +234,7 @@ def write_evaluation(out_dir, result, model, config, datasets, missing, ctx):
     try:
         loaded = inference.load_model(model.directory, ctx)
         inference.evaluate(loaded, inference.dataset_samples(datasets.val), out_dir,
-                           COCO_IOUS if datasets.metric == "coco" else None)
+                           datasets.metric.report_ious)
         LOG.info("evaluation: pictures and tables in %s", out_dir)
     except Exception as exc:  # pylint: disable=broad-except
         LOG.warning("evaluation: report not written (%s: %s)", type(exc).__name__, exc)

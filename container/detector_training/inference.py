@@ -134,7 +134,7 @@ def _test_sizes(config, source):
         return size, size
     trained_on = config.get("dataset")
     coco = "coco" in str(config.get("network", "")) or (
-        trained_on in formats.names() and formats.get(trained_on).metric == "coco")
+        trained_on in formats.names() and formats.get(trained_on).style == "coco")
     return (_test_size(config, "short", 800 if coco else 600, source),
             _test_size(config, "max_size", 1333 if coco else 1000, source))
 

@@ -26,7 +26,6 @@ from detector_training.core.distributed import init_distributed
 from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, Engine, EpochSetupHook,
                                            FinalModelHook, LearningRateHook, MetricLogHook, StopHook,
                                            ValidationHook)
-from detector_training.core.eval_report import COCO_IOUS
 from detector_training.core.evaluation import validate
 from detector_training.core.model_dir import (BEST_PARAMS, CLASSES_FILE, CONFIG_FILE, EXPORT_PREFIX,
                                               ModelDirectory)
@@ -149,6 +148,12 @@ def log_start(config, world, family, ctx, effective):
              family.name)
     if world.is_main:
         LOG.info("effective configuration: %s", json.dumps(effective, sort_keys=True))
+        by_source = {}
+        for name, source in config.sources.items():
+            by_source.setdefault(source, []).append(name)
+        for source, names in by_source.items():
+            LOG.info("configuration: from %s: %s", source, ", ".join(
+                "%s=%s" % (name, json.dumps(effective[name])) for name in names))
 
 
 def seed_everything(seed, rank):
@@ -335,7 +340,7 @@ def evaluation_report(engine, config, family, network, datasets, model_path, ctx
         model = inference.load_model(scratch, ctx)
         evaluation, pictures, text = inference.evaluate(
             model, inference.dataset_samples(datasets.val), model_path,
-            COCO_IOUS if datasets.metric == "coco" else None)
+            datasets.metric.report_ious)
         engine.pictures.update(("evaluation/" + name.rsplit(".", 1)[0], png) for name, png in pictures.items())
         engine.texts["evaluation/report"] = text
         LOG.info("evaluation: the best model on %d validation image(s): mAP %.4f at IoU %.2f; "

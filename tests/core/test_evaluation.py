@@ -60,11 +60,11 @@ def test_a_mask_in_its_box_becomes_rle_of_the_whole_image():
 
 
 def test_overlap_threshold_moves_the_voc_maps_iou_and_ap50_stays_at_half(tmp_path):
-    from detector_training.core.evaluation import score_boxes
+    from detector_training.core.evaluation import VOC07, score_boxes
 
     class Data:
         classes = ("a",)
-        metric = "voc07"
+        metric = VOC07
 
     # one object, one detection overlapping it with IoU 0.6 (a 10x10 box shifted by 2.5)
     gt = np.array([[[0.0, 0.0, 10.0, 10.0]]])

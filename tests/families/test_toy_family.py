@@ -30,7 +30,7 @@ class ToyFamily(DetectorFamily):
 
     name = "toy"
     networks = ("toy_box_regressor",)
-    presets = {"custom": dict(epochs=2, lr=0.1, lr_decay_epoch=(2,))}
+    presets = {"voc": dict(epochs=2, lr=0.1, lr_decay_epoch=(2,))}  # custom data is voc-style
     loss_names = ("box_l1_loss",)
 
     def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):

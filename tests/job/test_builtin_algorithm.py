@@ -55,7 +55,7 @@ def test_the_notebooks_hyperparameters_with_a_network_mean_the_same_here():
 
 
 def test_the_translation_keeps_only_this_images_names_so_config_json_replays():
-    ours, notes, problems = builtin_algorithm.translate(dict(NOTEBOOK, network="yolo3_darknet53_voc",
+    ours, notes, problems, _defaulted = builtin_algorithm.translate(dict(NOTEBOOK, network="yolo3_darknet53_voc",
                                                              base_network="vgg-16"))
     assert not set(ours) & set(builtin_algorithm.NAMES)
     assert "learning_rate=0.001 -> lr" in notes
@@ -118,10 +118,48 @@ def test_bad_built_in_values_are_named_by_their_built_in_name(name, value, expec
     assert expected in str(err.value)
 
 
-def test_learning_rate_without_a_batch_keeps_the_presets_scaling():
+def test_learning_rate_without_a_batch_applies_to_the_built_in_default_batch():
     config = cfg.from_hyperparameters({"network": "faster_rcnn_resnet50_v1b_voc",
                                        "learning_rate": "0.004"})
-    assert config.lr == pytest.approx(0.004) and config.lr_base_batch_size == 4  # the VOC preset's
+    assert config.lr == pytest.approx(0.004)
+    assert config.batch_size == 32 and config.lr_base_batch_size == 32  # mini_batch_size's default
+    assert config.sources["batch_size"] == builtin_algorithm.DEFAULT_SOURCE
+    assert config.sources["lr"] == "the job's hyperparameters"
+
+
+@pytest.mark.parametrize("dataset", ["builtin", "custom"])
+def test_a_job_with_only_the_required_hyperparameters_gets_the_built_in_defaults(ssd_networks, dataset):
+    """The built-in algorithm's two required hyperparameters and nothing else: what it would have
+    run (its hyperparameters page: 30 epochs, mini_batch_size 32, learning_rate 0.001 as it is at
+    that batch, no step decay, wd 0.0005, nms 0.45, vgg-16 at 300), not the presets underneath."""
+    config = cfg.from_hyperparameters({"num_classes": "3", "num_training_samples": "120",
+                                       "dataset": dataset})
+    assert config.network.startswith("ssd_300_vgg16_atrous_")
+    assert config.epochs == 30 and config.batch_size == 32
+    assert config.lr == pytest.approx(0.001) and config.lr_base_batch_size == 32
+    assert config.effective_lr(8) == pytest.approx(0.001)  # the global batch is 32 on any world
+    assert config.lr_decay_epoch == () and config.lr_decay == pytest.approx(0.1)
+    assert config.wd == pytest.approx(0.0005) and config.momentum == pytest.approx(0.9)
+    assert config.nms_threshold == pytest.approx(0.45) and config.overlap_threshold == pytest.approx(0.5)
+    assert config.pretrained_base is True and config.early_stopping is False
+    for name in ("epochs", "batch_size", "lr", "lr_base_batch_size", "lr_decay_epoch", "wd"):
+        assert config.sources[name] == builtin_algorithm.DEFAULT_SOURCE, name
+    assert config.sources["num_classes"] == "the job's hyperparameters"
+
+
+def test_the_job_s_own_values_win_over_the_built_in_defaults(ssd_networks):
+    config = cfg.from_hyperparameters({"num_classes": "3", "num_training_samples": "120",
+                                       "dataset": "builtin", "epochs": "4", "mini_batch_size": "8", "lr_scheduler_step": "2,3"})
+    assert config.epochs == 4 and config.batch_size == 8 and config.lr_decay_epoch == (2, 3)
+    assert config.lr == pytest.approx(0.001) and config.lr_base_batch_size == 8
+    assert config.sources["epochs"] == config.sources["batch_size"] == "the job's hyperparameters"
+    assert config.sources["lr"] == builtin_algorithm.DEFAULT_SOURCE
+
+
+def test_a_job_in_this_image_s_names_keeps_the_presets():
+    config = cfg.from_hyperparameters({"dataset": "custom", "network": "faster_rcnn_resnet50_v1b_voc"})
+    assert config.epochs == 20 and config.lr_base_batch_size == 4  # dataset=custom's preset
+    assert config.sources["epochs"] == "dataset=custom's preset"
 
 
 def test_num_classes_must_agree_with_the_classes_named():

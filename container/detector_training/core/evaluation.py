@@ -13,20 +13,53 @@ import io
 import math
 import re
 
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
+
+from detector_training.core.eval_report import COCO_IOUS
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What scores a box detector on a data format's validation data, as the format declares it
+    (``DataFormat.metric``): every difference between the two kinds is an attribute here, asked
+    by validation, evaluation and the configuration's rules, never a name compared.
+
+    ``name``: how logs and files call it; ``ground_truth_file``: it scores detections against an
+    annotation file (COCO's, the validation reader's ``base``) rather than against each image's
+    label rows; ``takes_overlap_threshold``: its match IoU is the ``overlap_threshold``
+    hyperparameter (COCO's averages 0.50:0.95 itself); ``report_ious``: the IoU thresholds the
+    evaluation report's COCO-style tables use (None: the single matching IoU)."""
+
+    name: str
+    ground_truth_file: bool
+    takes_overlap_threshold: bool
+    report_ious: Optional[tuple] = None
+
+    def make(self, datasets, save_prefix, iou_thresh=0.5):
+        """A fresh GluonCV metric object of this kind for ``datasets``' validation split."""
+        if self.ground_truth_file:
+            from gluoncv.utils.metrics.coco_detection import COCODetectionMetric
+
+            return COCODetectionMetric(getattr(datasets.val, "base", datasets.val),
+                                       save_prefix + "_eval", cleanup=True)
+        from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
+
+        return VOC07MApMetric(iou_thresh=iou_thresh, class_names=list(datasets.classes))
+
+    def __str__(self):
+        return self.name
+
+
+VOC07 = Metric("voc07", ground_truth_file=False, takes_overlap_threshold=True)
+COCO = Metric("coco", ground_truth_file=True, takes_overlap_threshold=False, report_ious=COCO_IOUS)
 
 
 def make_metric(datasets, save_prefix, iou_thresh=0.5):
-    """A fresh metric of the kind the data's format names (``datasets.metric``): GluonCV's COCO
-    metric over the validation annotations, or VOC07 mAP at IoU ``iou_thresh``."""
-    if datasets.metric == "coco":
-        from gluoncv.utils.metrics.coco_detection import COCODetectionMetric
-
-        return COCODetectionMetric(getattr(datasets.val, "base", datasets.val), save_prefix + "_eval",
-                                   cleanup=True)
-    from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
-
-    return VOC07MApMetric(iou_thresh=iou_thresh, class_names=list(datasets.classes))
+    """A fresh metric of the kind the data's format declares (``datasets.metric``)."""
+    return datasets.metric.make(datasets, save_prefix, iou_thresh)
 
 
 def detect_boxes(net, loader, indices, ctx):
@@ -53,7 +86,8 @@ def detect_boxes(net, loader, indices, ctx):
 
 def combine(metric, per_rank_results, coco=False):
     """Feed every rank's detections, in dataset order, to ``metric``; return
-    {'mAP', 'AP50', 'per_class': {name: AP}} as fractions."""
+    {'mAP', 'AP50', 'per_class': {name: AP}} as fractions. ``coco``: ``metric`` scores against
+    its annotation file (``Metric.ground_truth_file``)."""
     merged = sorted((r for rank in per_rank_results for r in rank), key=lambda r: r[0])
     for _index, det_b, det_i, det_s, gt_b, gt_i, gt_d in merged:
         if coco:  # COCO metric: predictions only, matched to images by order
@@ -109,10 +143,11 @@ def score_boxes(datasets, gathered, scratch_dir, overlap_threshold=0.5):
     import os
 
     prefix = os.path.join(scratch_dir, "boxes")
-    result = combine(make_metric(datasets, prefix, overlap_threshold), gathered,
-                     coco=datasets.metric == "coco")
-    if datasets.metric != "coco" and overlap_threshold != 0.5:  # the mAP is not at 0.5: AP50 is
-        result["AP50"] = combine(make_metric(datasets, prefix), gathered)["mAP"]
+    metric = datasets.metric
+    result = combine(metric.make(datasets, prefix, overlap_threshold), gathered,
+                     coco=metric.ground_truth_file)
+    if metric.takes_overlap_threshold and overlap_threshold != 0.5:  # the mAP is not at 0.5: AP50 is
+        result["AP50"] = combine(metric.make(datasets, prefix), gathered)["mAP"]
     return result
 
 

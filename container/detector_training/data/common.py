@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detector_training.errors import DataError
+from detector_training.core.evaluation import VOC07, Metric
 from detector_training.data.negatives import negative_label
+from detector_training.errors import DataError
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Datasets:
     classes: tuple
     aspect_ratios: list  # width / height of each training image
     val_aspect_ratios: list = None  # the same for validation (None: assume the training ones)
-    metric: str = "voc07"  # what scores it: the format's (voc07 or coco)
+    metric: Metric = VOC07  # what scores it: the format's (core/evaluation.py's VOC07 or COCO)
 
 
 class SubsetDataset:

@@ -8,8 +8,9 @@ subclassing :class:`DetectorFamily`.
 What the family is, as class attributes (plain values: read without mxnet by the configuration,
 the metric definitions, the demo and the report):
 
-* ``name``, ``networks`` (the network names it builds), ``presets`` (defaults per data format,
-  merged over the format's own preset), ``needs_masks`` (it trains only on a data format whose
+* ``name``, ``networks`` (the network names it builds), ``presets`` (defaults per data style,
+  the ``style`` a data format declares, data/formats/data_format.py's DATA_STYLES; merged over
+  the format's own preset), ``needs_masks`` (it trains only on a data format whose
   objects carry masks: ``accepts(data_format)``), ``options`` (the hyperparameters of
   FAMILY_OPTIONS it takes; turning on another is a ConfigError);
 * ``loss_names`` and ``metric_names`` (what its step returns, by name; the log lines, history
@@ -55,7 +56,7 @@ FAMILY_OPTIONS = ("label_smooth", "multi_scale", "mixup", "final_fit")
 class DetectorFamily:
     name = ""
     networks = ()
-    presets = {}  # data format name -> {hyperparameter: default}, over the format's preset
+    presets = {}  # data style -> {hyperparameter: default}, over the format's preset
     needs_masks = False  # True: trains only on a data format whose objects carry masks
     options = ()
     loss_names = ()  # summed into the total loss; NaN/inf in any of them stops the job

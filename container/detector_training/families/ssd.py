@@ -47,7 +47,7 @@ class SSD(DetectorFamily):
     name = "ssd"
     networks = tuple("ssd_%s_%s" % (base, data) for base in BASES
                      for data in ("voc", "coco", "custom"))
-    presets = {"voc": _PRESET, "custom": _PRESET, "manifest": _PRESET, "coco": _PRESET}
+    presets = {"voc": _PRESET, "coco": _PRESET}  # every data style
     options = ("final_fit",)
     test_resize = "square"  # as SquareValTransform: the data shape's square
     loss_names = LOSS_NAMES

@@ -47,7 +47,7 @@ class YOLOv3(DetectorFamily):
     name = "yolo3"
     networks = tuple("yolo3_%s_%s" % (base, data) for base in ("darknet53", "mobilenet1.0", "mobilenet0.25")
                      for data in ("voc", "coco", "custom"))  # mobilenet0.25: CPU tests and demos
-    presets = {"voc": _VOC_PRESET, "custom": _VOC_PRESET, "manifest": _VOC_PRESET,
+    presets = {"voc": _VOC_PRESET,
                "coco": dict(_VOC_PRESET, epochs=280, lr_decay_epoch=(220, 250), lr_warmup=3600)}
     options = ("label_smooth", "multi_scale", "mixup", "final_fit")
     loss_names = LOSS_NAMES

@@ -8,6 +8,13 @@ built-in algorithm's names are this image's own hyperparameters with the same me
 (``epochs``, ``momentum``, ``optimizer``, ``early_stopping*``, ``num_classes``,
 ``nms_threshold``, ``overlap_threshold``, ``freeze_layer_pattern``, ``kv_store``).
 
+A job written for the built-in algorithm (one that uses any of its names, e.g. only its two
+required ones, ``num_classes`` and ``num_training_samples``) gets the built-in algorithm's
+documented defaults (DEFAULTS: 30 epochs, a batch of 32, learning rate 0.001 at that batch, no
+step decay, ...) for whatever it leaves unsaid, as that algorithm would have trained it: they go
+over the data format's and family's presets, under the job's own values, and the log says which
+values they set.
+
 Without ``network``, the built-in names select the SSD the algorithm would have run:
 ``base_network`` (``vgg-16`` by default) and ``image_shape`` (300 by default) choose
 ``ssd_300_vgg16_atrous_*``, ``ssd_512_vgg16_atrous_*`` or ``ssd_512_resnet50_v1_*``. With
@@ -58,6 +65,27 @@ NOTED = {
     "label_width": "the built-in algorithm pads every RecordIO label to this width; this image "
                    "reads each record's label at its own length",
 }
+# The built-in algorithm's documented defaults (its hyperparameters page), in this image's names:
+# (our name, the value as the built-in algorithm's default, the names, built-in and ours, that
+# set it). ``image_shape`` (300) needs no entry: it selects ssd_300_*, whose data shape it is.
+DEFAULTS = (
+    ("epochs", "30", ("epochs",)),
+    ("batch_size", "32", ("mini_batch_size", "batch_size", "batch_size_per_device")),
+    ("lr", "0.001", ("learning_rate", "lr")),
+    ("lr_decay_epoch", "[]", ("lr_scheduler_step", "lr_decay_epoch")),  # no step: a constant rate
+    ("lr_decay", "0.1", ("lr_scheduler_factor", "lr_decay")),
+    ("optimizer", "sgd", ("optimizer",)),
+    ("momentum", "0.9", ("momentum",)),
+    ("wd", "0.0005", ("weight_decay", "wd")),
+    ("pretrained_base", "true", ("use_pretrained_model", "pretrained_base")),
+    ("overlap_threshold", "0.5", ("overlap_threshold",)),
+    ("nms_threshold", "0.45", ("nms_threshold",)),
+    ("early_stopping", "false", ("early_stopping",)),
+    ("early_stopping_min_epochs", "10", ("early_stopping_min_epochs",)),
+    ("early_stopping_patience", "5", ("early_stopping_patience",)),
+    ("early_stopping_tolerance", "0.0", ("early_stopping_tolerance",)),
+)
+DEFAULT_SOURCE = "the built-in algorithm's default"
 # The built-in names that only this layer knows; those that are hyperparameters here too are
 # listed in docs/migrating-from-built-in.md.
 NAMES = tuple(TRANSLATED)
@@ -77,11 +105,12 @@ def uses_builtin_names(hyperparameters):
 
 
 def translate(hyperparameters):
-    """(hyperparameters in this image's names, notes for the log, problems). Values keep the form
-    they came in (raw strings stay strings for the configuration's parsers), except where a
-    built-in value needs reading to be translated."""
+    """(hyperparameters in this image's names, notes for the log, problems, defaulted). Values
+    keep the form they came in (raw strings stay strings for the configuration's parsers),
+    except where a built-in value needs reading to be translated. ``defaulted``: the names whose
+    value is one of the built-in algorithm's DEFAULTS (the job left them unsaid)."""
     if not uses_builtin_names(hyperparameters):
-        return dict(hyperparameters), [], []
+        return dict(hyperparameters), [], [], ()
     ours = {k: v for k, v in hyperparameters.items() if k not in NAMES}
     notes, problems, parsed = [], [], {}
     for name in NAMES:
@@ -103,11 +132,20 @@ def translate(hyperparameters):
             continue
         ours[target] = hyperparameters[name]
         notes.append("%s=%s -> %s" % (name, hyperparameters[name], target))
+    defaulted = [target for target, value, names in DEFAULTS
+                 if not any(n in hyperparameters for n in names)]
+    for target, value, _names in DEFAULTS:
+        if target in defaulted:
+            ours[target] = value
+    if defaulted:
+        notes.append("%s: %s" % (DEFAULT_SOURCE + "s for what the job leaves unsaid", ", ".join(
+            "%s=%s" % (target, ours[target]) for target in defaulted)))
     # The built-in algorithm applies learning_rate as it is, to its mini_batch_size: no scaling.
-    if "learning_rate" in parsed and "lr_base_batch_size" not in hyperparameters:
+    if "learning_rate" in parsed or "lr" in defaulted:
         batch = ours.get("batch_size")
-        if batch is not None:
+        if batch is not None and "lr_base_batch_size" not in hyperparameters:
             ours["lr_base_batch_size"] = batch
+            defaulted.append("lr_base_batch_size")  # the built-in algorithm's rule, not the job's value
             notes.append("lr_base_batch_size=%s (learning_rate applies to that batch as it is)" % batch)
     base = parsed.get("base_network")
     network = decode(hyperparameters.get("network")) if "network" in hyperparameters else None
@@ -127,4 +165,4 @@ def translate(hyperparameters):
         problems.append("base_network=%s does not describe network=%s (whose backbone is in its name); "
                         "base_network chooses the built-in algorithm's SSD when network is not set: "
                         "drop base_network, or set it to this network's backbone" % (base, network))
-    return ours, notes, problems
+    return ours, notes, problems, tuple(defaulted)

@@ -11,7 +11,7 @@ import difflib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import ClassVar, Optional, Tuple
 
 from detector_training import families
 from detector_training.data import formats
@@ -35,10 +35,21 @@ LAUNCH_KEYS = ("processes_per_host", "custom_mpi_options")
 RESERVED_PREFIXES = ("sagemaker_",)
 RESERVED_KEYS = ("_tuning_objective_metric",)
 
+def preset_layers(network, dataset):
+    """The defaults a job starts from, lowest first, each as (where it comes from, {field:
+    value}): its data format's preset, then its network's family's preset for the data style the
+    format declares."""
+    fmt, family = formats.get(dataset), families.get(network)
+    return [("dataset=%s's preset" % dataset, dict(fmt.preset, no_wd=False)),
+            ("the %s family's preset for %s-style data" % (family.name, fmt.style),
+             dict(family.presets.get(fmt.style, {})))]
+
+
 def preset_for(network, dataset):
-    """The defaults a job starts from: its data format's, then its network's family's for it."""
-    preset = dict(formats.get(dataset).preset, no_wd=False)
-    preset.update(families.get(network).presets.get(dataset, {}))
+    """The defaults a job starts from (``preset_layers`` merged)."""
+    preset = {}
+    for _source, values in preset_layers(network, dataset):
+        preset.update(values)
     return preset
 
 
@@ -226,6 +237,11 @@ class TrainConfig:
     seed: int = hp(233, _nonneg_int, "Random seed (each rank derives its own).")
     verbose: bool = hp(False, parse_bool, "Log the network and per-iteration details.")
 
+    # Where each value came from ({field: text}: the job's hyperparameters, the built-in
+    # algorithm's defaults, which preset), as from_hyperparameters found them; logged with the
+    # effective configuration. Not a hyperparameter: {} for a configuration built otherwise.
+    sources: ClassVar[dict] = {}
+
     def __post_init__(self):
         # Presets are merged once, here: a field the user left unset takes the preset's value,
         # so every reader sees numbers (config.epochs), never a "look it up later" None.
@@ -333,16 +349,36 @@ def from_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     ``extra_keys`` are keys another layer owns (launch settings); they are accepted and ignored
     here. All problems are reported together, each naming the key, the value and what was expected.
     """
-    config = TrainConfig(**parse_hyperparameters(hyperparameters, extra_keys))
+    values, defaulted = _parsed(hyperparameters, extra_keys)
+    config = TrainConfig(**values)
     validate(config)
+    object.__setattr__(config, "sources", value_sources(config, set(values) - set(defaulted),
+                                                        defaulted))
     return config
+
+
+def value_sources(config, given, defaulted=()):
+    """{field: where its value comes from} for every field not at its field default: the job's
+    hyperparameters (``given``), the built-in algorithm's defaults (``defaulted``), else the
+    highest preset layer that sets it (``preset_layers``)."""
+    sources = {}
+    for source, values in preset_layers(config.network, config.dataset):
+        sources.update((name, source) for name in values)
+    sources.update((name, builtin_algorithm.DEFAULT_SOURCE) for name in defaulted)
+    sources.update((name, "the job's hyperparameters") for name in given)
+    return {name: sources[name] for name in FIELDS if name in sources}
 
 
 def parse_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     """Each hyperparameter parsed on its own ({name: typed value}); a ConfigError naming every
     unknown name and every value that does not parse. Rules across fields are ``validate``'s."""
+    return _parsed(hyperparameters, extra_keys)[0]
+
+
+def _parsed(hyperparameters, extra_keys):
+    """(``parse_hyperparameters``' values, the names the built-in algorithm's defaults set)."""
     ours, _ = split_reserved(hyperparameters)
-    ours, notes, problems = builtin_algorithm.translate(ours)
+    ours, notes, problems, defaulted = builtin_algorithm.translate(ours)
     for note in notes:
         LOG.info("built-in algorithm's hyperparameters: %s", note)
     values = {}
@@ -373,7 +409,7 @@ def parse_hyperparameters(hyperparameters, extra_keys=LAUNCH_KEYS):
     if problems:
         raise ConfigError("invalid hyperparameters: " + "; ".join(problems) + ".",
                           "correct the hyperparameters named above (docs/hyperparameters.md lists every one).")
-    return values
+    return values, defaulted
 
 
 def validate(config):
@@ -430,7 +466,7 @@ def validate(config):
 def _builtin_rules(config, data_format):
     """Rules on the settings the built-in algorithm names alike."""
     problems = []
-    if data_format.metric == "coco" and config.overlap_threshold != 0.5:
+    if not data_format.metric.takes_overlap_threshold and config.overlap_threshold != 0.5:
         problems.append("overlap_threshold=%g: dataset=%s is scored by COCO's mAP, which averages IoU "
                         "0.50:0.95 (its AP50 is at 0.5); the threshold applies to the VOC07 mAP of "
                         "the other datasets" % (config.overlap_threshold, config.dataset))

@@ -14,13 +14,14 @@ from detector_training.data.formats.data_format import LabelledDetection
 from detector_training.data.layouts.builtin_recordio import RecordDetection
 from detector_training.errors import DataError
 from detector_training.job.config import from_hyperparameters
+from detector_training.core.evaluation import VOC07
 
 PIPE = {"TrainingInputMode": "Pipe", "ContentType": "application/x-recordio",
         "RecordWrapperType": "None", "S3DistributionType": "FullyReplicated"}
 
 
 def test_registered():
-    assert "builtin" in formats.names() and formats.get("builtin").metric == "voc07"
+    assert "builtin" in formats.names() and formats.get("builtin").metric is VOC07
 
 
 def test_the_image_format_is_recognised_from_its_annotation_channel(tmp_path):

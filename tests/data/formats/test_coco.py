@@ -10,6 +10,7 @@ from detector_training.data.synthetic_coco import generate
 from detector_training.errors import ConfigError, DataError
 from detector_training.job.config import from_hyperparameters
 from detector_training.job.sm_env import Environment
+from detector_training.core.evaluation import COCO
 
 WORLD = SimpleNamespace(rank=0, size=1, local_rank=0, is_main=True, is_local_main=True)
 
@@ -52,4 +53,4 @@ def test_annotation_files_are_coco_s_alone():
 def test_coco_data_carries_the_coco_metric(tmp_path):
     generate(str(tmp_path), 3, 2)
     data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
-    assert data.metric == "coco" and len(data.val) == 2
+    assert data.metric is COCO and len(data.val) == 2

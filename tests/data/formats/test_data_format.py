@@ -14,6 +14,7 @@ from detector_training.data.formats.data_format import Channel
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet
 from detector_training.errors import DataError
 from detector_training.job.config import from_hyperparameters
+from detector_training.core.evaluation import VOC07
 
 SETS = {}  # split -> LabelledSet, what the test format's reader returns
 
@@ -61,7 +62,7 @@ def test_classes_in_the_asked_order_others_dropped_and_counted(tmp_path, caplog)
     SETS["validation"] = LabelledSet([image(tmp_path, "c.jpg", (20, 40), [(1, 1, 5, 5, "cat")])])
     with caplog.at_level(logging.INFO, logger="detector_training"):
         data = build_datasets(config(classes="cat,dog"), str(tmp_path))
-    assert data.classes == ("cat", "dog") and data.metric == "voc07"
+    assert data.classes == ("cat", "dog") and data.metric is VOC07
     assert len(data.train) == 1 and len(data.val) == 1  # b.jpg has only a bird: left out
     picture, label = data.train[0]
     assert picture.shape == (20, 40, 3)

@@ -16,6 +16,7 @@ from detector_training.data.synthetic_voc import generate as generate_voc
 from detector_training.errors import DataError
 from detector_training.job.config_file import load_config
 from detector_training.job.sm_env import Environment
+from detector_training.core.evaluation import COCO, VOC07
 
 
 def channels(tmp_path):
@@ -26,7 +27,7 @@ def channels(tmp_path):
 
 def test_the_built_in_formats_are_registered_in_order():
     assert formats.names() == ("voc", "custom", "coco", "manifest", "yolo", "builtin")
-    assert formats.get("coco").metric == "coco" and formats.get("custom").metric == "voc07"
+    assert formats.get("coco").metric is COCO and formats.get("custom").metric is VOC07
     assert [f.name for f in formats.all_formats() if f.masks] == ["coco"]
 
 

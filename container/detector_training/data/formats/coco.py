@@ -6,6 +6,7 @@ the tool wrote it (CVAT, Roboflow, Label Studio: see layouts/coco_exports.py).""
 import logging
 import os
 
+from detector_training.core.evaluation import COCO
 from detector_training.errors import DataError
 from detector_training.data.coco_format import ANNOTATIONS, find_coco_root
 from detector_training.data.common import Datasets, SubsetDataset
@@ -31,7 +32,8 @@ class COCO(DataFormat):
     channels = ("coco", "train", "training")
     preset = COCO_PRESET
     options = ("train_annotation_file", "val_annotation_file")
-    metric = "coco"
+    style = "coco"
+    metric = COCO
     masks = True
 
     def recognise(self, channel):

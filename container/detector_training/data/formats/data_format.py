@@ -10,13 +10,19 @@ the recognition and the docs):
   log and messages;
 * ``channels``: the channels it reads, in the order it looks (the first existing one holds the
   data; ``validation`` beside it, where the format reads one);
-* ``preset``: hyperparameter defaults for data in this format (a family's presets for it go over
-  them, the job's hyperparameters over both);
+* ``preset``: hyperparameter defaults for data in this format (its splits, its schedule; a
+  family's preset for the format's ``style`` goes over them, the job's hyperparameters over both);
+* ``style``: what kind of data it is, one of :data:`DATA_STYLES`: ``"voc"`` (a few to tens of
+  classes, hundreds to tens of thousands of images: Pascal VOC and a labelling tool's project) or
+  ``"coco"`` (COCO-style data and schedules); the families key their presets by it, so every
+  format gets each family's preset, also a format registered later;
 * ``options``: the hyperparameters of :data:`FORMAT_OPTIONS` that only this format takes (setting
   one with another format is a ConfigError);
-* ``metric``: what scores a box detector on it, ``"voc07"`` (VOC07 mAP at IoU 0.5) or ``"coco"``
-  (COCO's AP over the validation annotation file); ``masks``: whether its objects carry instance
-  masks (a segmenting family trains only on such a format).
+* ``metric``: what scores a box detector on it, an object of core/evaluation.py: ``VOC07`` (VOC07
+  mAP at IoU 0.5) or ``COCO`` (COCO's AP over the validation annotation file); ``masks``: whether
+  its objects carry instance masks (a segmenting family trains only on such a format);
+  ``fixed_classes``: its class list is fixed by the format (voc's 20), so the ``classes``
+  hyperparameter does not apply and a model scored on it must have that list.
 
 What it does, as methods:
 
@@ -46,6 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from detector_training.core.evaluation import VOC07
 from detector_training.data.common import SubsetDataset, with_validation
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
@@ -57,7 +64,8 @@ LABEL_COLUMNS = 6
 # Hyperparameters that only some formats take; each format lists those it takes in ``options``.
 FORMAT_OPTIONS = ("label_attribute", "train_annotation_file", "val_annotation_file")
 VALIDATION_CHANNEL = "validation"
-METRICS = ("voc07", "coco")
+# The kinds of data a format declares itself to be (``DataFormat.style``); families key presets by them.
+DATA_STYLES = ("voc", "coco")
 # The defaults of a format that declares none: GluonCV's VOC ones (a custom dataset's), its
 # splits named after the channels.
 GENERIC_PRESET = dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
@@ -91,9 +99,11 @@ class DataFormat:
     title = ""
     channels = ("train", "training")
     preset = GENERIC_PRESET
+    style = "voc"
     options = ()
-    metric = "voc07"
+    metric = VOC07
     masks = False
+    fixed_classes = False
 
     def recognise(self, channel):
         """Where in ``channel`` (a :class:`Channel`) this format's data lies, or None."""

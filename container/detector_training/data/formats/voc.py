@@ -40,6 +40,7 @@ class VOC(DataFormat):
     title = "Pascal VOC 2007/2012 (20 classes)"
     channels = DATA_CHANNELS
     preset = VOC_PRESET
+    fixed_classes = True  # GluonCV's VOCDetection: its 20 classes, in its order
 
     def recognise(self, channel):
         tars = [name for name, _ in VOC_TARS if name in channel.names()]
