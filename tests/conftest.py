@@ -249,3 +249,26 @@ def trained(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_models(tmp_path_factory):
     return TrainedModels(tmp_path_factory.mktemp("served-models"))
+
+
+# Real exports exactly as their tools wrote them, with their licences, beside the project
+# (../shared/data/real-exports/, present in CI and on every developer machine): read from there,
+# never copied into the project.
+REAL_EXPORTS = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
+                                             "real-exports"))
+
+
+def real_export(name, destination):
+    """The real export ``name`` (``<name>.tar`` under REAL_EXPORTS) unpacked into ``destination``
+    (returned) with tarfile's data filter. Skipped where the folder is absent, failed under CI."""
+    import tarfile
+
+    path = os.path.join(REAL_EXPORTS, name + ".tar")
+    if not os.path.isfile(path):
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            pytest.fail("the real export %s is missing under CI=true" % path)
+        pytest.skip("the real exports are not beside this clone (%s)" % path)
+    os.makedirs(str(destination), exist_ok=True)
+    with tarfile.open(path) as tar:
+        tar.extractall(str(destination), filter="data")
+    return str(destination)

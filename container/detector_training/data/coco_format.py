@@ -139,6 +139,15 @@ def _check_fields(document, path):
         for key in ("area", "iscrowd"):
             if key in entry and not _number(entry[key]):
                 raise _shape_error(path, "annotations[%d].%s" % (index, key), entry[key], "a number")
+    # Every reader of the file (training, validation, the data check) goes through here, so an
+    # annotation of no category is refused by all of them alike, not skipped by one.
+    category_ids = {entry["id"] for entry in document["categories"]}
+    for index, entry in enumerate(document["annotations"]):
+        if entry["category_id"] not in category_ids:
+            raise DataError("%s annotations[%d] (image %s) has category_id %s, which no category has."
+                            % (path, index, entry["image_id"], json_preview(entry["category_id"])),
+                            "export the annotations again in COCO format, or add the category to "
+                            "its 'categories'.")
 
 
 def category_names(document, path):

@@ -221,9 +221,6 @@ def read_labelled(export, channels_dir):
             if ann.get("iscrowd", 0) == 1:
                 drops.add(CROWD, box_where)
                 continue
-            if ann["category_id"] not in names:
-                raise DataError("%s has category_id %s, which no category has." % (
-                    box_where, ann["category_id"]), "export the annotations again in COCO format.")
             x, y, w, h = ann["bbox"]
             boxes.append(Box(x, y, x + w, y + h, names[ann["category_id"]], where=box_where))
         images.append(LabelledImage(path, boxes, size, where))
