@@ -211,3 +211,20 @@ def test_annotations_that_lie_are_refused_naming_the_file_and_the_field(coco_roo
     with pytest.raises(DataError) as caught:
         read_document(path)
     assert path in caught.value.cause and words in caught.value.cause
+
+
+def test_val_fraction_carves_coco_validation_by_image_id_and_the_metric_scores_that_part(coco_root):
+    """val_fraction on COCO data: a seeded share of the training file's images, by id, instead of
+    the validation file; the metric's ground truth is the carved part, so the ground truth given
+    back as predictions scores 1."""
+    whole = build_datasets(config(), coco_root)
+    carved = build_datasets(config(val_fraction="0.5"), coco_root)
+    assert len(carved.val) == 3 and len(carved.train) == len(whole.train) - 3
+    train_files = set(carved.train.base._items)
+    val_files = set(carved.val.base._items)
+    assert not train_files & val_files and val_files <= set(whole.train.base._items)
+    assert len(carved.val.base._coco[0].getImgIds()) == 3  # the metric's ground truth
+    metric = make_metric(carved, os.path.join(coco_root, "carved"))
+    assert combine(metric, [ground_truth_as_predictions(carved.val)], coco=True)["mAP"] == 1.0
+    again = build_datasets(config(val_fraction="0.5"), coco_root)  # seeded: the same split
+    assert set(again.val.base._items) == val_files

@@ -60,11 +60,6 @@ def test_a_final_fit_trains_on_training_and_validation_images(voc_root, caplog):
     assert (len(carved.train), len(carved.val)) == (20, 4)
 
 
-def test_coco_cannot_carve_a_validation_split():
-    with pytest.raises(ConfigError, match="val_fraction=0.1: COCO's metric"):
-        from_hyperparameters({"dataset": "coco", "val_fraction": "0.1"})
-
-
 def test_with_validation_takes_the_given_set_leaves_a_share_to_carve_or_carves_the_default():
     from detector_training.data.common import SubsetDataset, with_validation
 

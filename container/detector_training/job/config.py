@@ -120,10 +120,11 @@ class TrainConfig:
     val_image_dir: str = hp("", parse_str,
                             "coco: the folder of the validation images, as train_image_dir.")
     val_fraction: float = hp(0.0, check(parse_float, lambda v: 0 <= v <= 0.5, "a number in [0, 0.5]"),
-                             "voc/custom/manifest: carve this share of the training images "
-                             "(seeded by seed) as the validation split instead of val_splits "
-                             "(manifest: the validation channel); 0: use val_splits (manifest: "
-                             "the validation channel, else carve 0.1).")
+                             "Every format: carve this share of the training images (seeded by "
+                             "seed) as the validation split instead of val_splits or the "
+                             "validation channel (coco: by image id from the one training file, "
+                             "which COCO's metric then scores); 0: use those (a format given no "
+                             "validation data carves 0.1).")
     final_fit: bool = hp(False, parse_bool,
                          "Train on the training and validation images together (a final fit "
                          "after tuning); validation still runs, on seen images.")

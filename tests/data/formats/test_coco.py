@@ -37,7 +37,8 @@ def test_without_a_coco_channel_the_error_names_the_channels(tmp_path):
 
 @pytest.mark.parametrize("hps, expected", [
     ({"val_splits": "a,b"}, "COCO validation reads one annotation file"),
-    ({"val_fraction": "0.2"}, "validation split cannot be carved from coco training data"),
+    ({"val_fraction": "0.2", "train_splits": "a,b"},
+     "val_fraction=0.2 carves the validation images from one COCO annotation file"),
 ])
 def test_coco_refuses_what_its_metric_cannot_score(hps, expected):
     with pytest.raises(ConfigError, match=expected):

@@ -48,3 +48,15 @@ def test_an_annotation_of_no_category_is_refused_by_the_job_and_the_data_check_a
     assert not report.ok and expected in report.problems[0].cause
     with pytest.raises(DataError, match=re.escape(expected)):
         formats.get("coco").read(from_hyperparameters({"dataset": "coco"}), str(channels))
+
+
+def test_val_fraction_carves_the_export_s_validation_from_its_training_file(tmp_path):
+    channels = foosball(tmp_path)
+    document = json.load(open(channels / "train" / "train" / "_annotations.coco.json"))
+    config = from_hyperparameters({"dataset": "coco", "val_fraction": "0.2"})
+    datasets = formats.build_datasets(config, str(channels))
+    expected = int(round(0.2 * len(document["images"])))
+    assert len(datasets.val) == expected  # not the export's valid/ subset
+    val_files = {p.rsplit("/", 2)[-2] for p in datasets.val.base._items}
+    assert val_files == {"train"}
+    assert len(datasets.val.base._coco[0].getImgIds()) == expected

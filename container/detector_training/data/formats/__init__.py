@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 
-from detector_training.data.common import carve_validation, final_fit
+from detector_training.data.common import final_fit
 from detector_training.data.formats.builtin import Builtin
 from detector_training.data.formats.coco import COCO
 from detector_training.data.formats.custom import CustomVOC
@@ -142,7 +142,7 @@ def build_datasets(config, data_root, instances=False):
     fmt = get(config.dataset)
     datasets = fmt.read(config, data_root, instances)
     if config.val_fraction > 0:
-        datasets = carve_validation(datasets, config.val_fraction, config.seed)
+        datasets = fmt.carve(datasets, config.val_fraction, config.seed)
     if config.final_fit:
         datasets = final_fit(datasets)
     return dataclasses.replace(datasets, metric=fmt.metric)

@@ -58,11 +58,18 @@ class COCO(DataFormat):
         if len(config.val_splits or ()) > 1:
             problems.append("val_splits=%s: COCO validation reads one annotation file; name one "
                             "split" % ",".join(config.val_splits))
-        if config.val_fraction > 0:
-            problems.append("val_fraction=%g: COCO's metric scores a whole annotation file, so a "
-                            "validation split cannot be carved from coco training data; name one "
-                            "with val_splits" % config.val_fraction)
+        if config.val_fraction > 0 and len(config.train_splits or ()) > 1 \
+                and not config.train_annotation_file:
+            problems.append("val_fraction=%g carves the validation images from one COCO annotation "
+                            "file; train_splits=%s names %d: name one"
+                            % (config.val_fraction, ",".join(config.train_splits),
+                               len(config.train_splits)))
         return problems
+
+    def carve(self, datasets, fraction, seed):
+        """``read`` carved the validation images by image id already (COCO's metric scores an
+        annotation file: its ground truth is the carved part of the training file)."""
+        return datasets
 
     def data_root(self, config, env, world):
         """The channels' folder when annotation files are named by path or a tool's export is
@@ -194,9 +201,9 @@ def _export_datasets(config, channels_dir, channels, instances=False):
     cls = coco_instance_class() if instances else coco_dataset_class()
     classes = tuple(config.classes) or coco_exports.export_classes(train_export)
     train_ids = val_ids = None
-    if val_export is None:
+    if val_export is None or config.val_fraction > 0:
         train_ids, val_ids = carve_image_ids(read_document(train_export.annotation_file),
-                                             DEFAULT_VAL_FRACTION, config.seed)
+                                             config.val_fraction or DEFAULT_VAL_FRACTION, config.seed)
         val_export = train_export
     for what, export, ids in (("training", train_export, train_ids),
                               ("validation", val_export, val_ids)):
@@ -216,8 +223,10 @@ def _coco_datasets(config, data_root, instances=False):
     """COCO-format data (see coco_format.py): the training images that have objects of the chosen
     categories; every validation image, in id order, as GluonCV's COCO metrics expect. With
     ``instances``, objects carry their masks (GluonCV's COCOInstance layout)."""
-    from detector_training.data.coco_format import (coco_dataset_class, coco_instance_class,
-                                                    find_coco_root, named_annotation_file)
+    from detector_training.data.coco_format import (annotation_file, carve_image_ids,
+                                                    coco_dataset_class, coco_instance_class,
+                                                    find_coco_root, named_annotation_file,
+                                                    read_document)
 
     cls = coco_instance_class() if instances else coco_dataset_class()
     if config.train_annotation_file:  # files at any path inside the channels (data_root)
@@ -231,10 +240,20 @@ def _coco_datasets(config, data_root, instances=False):
         train_splits, val_splits = list(config.train_splits), list(config.val_splits)
         train_root = val_root = find_coco_root(data_root, train_splits[0])
         files = {"train": {}, "val": {}}
+    train_ids = val_ids = None
+    if config.val_fraction > 0:  # the validation images carved from the training file, by id
+        train_file = files["train"].get(train_splits[0]) or annotation_file(train_root, train_splits[0])
+        train_ids, val_ids = carve_image_ids(read_document(train_file), config.val_fraction,
+                                             config.seed)
+        val_root, val_splits, files["val"] = train_root, train_splits, files["train"]
+        LOG.info("data: coco validation: %d images of %s carved by id (val_fraction=%g, seed %d)",
+                 len(val_ids), os.path.basename(train_file), config.val_fraction, config.seed)
     # Crowd boxes are left out of training (the instance reader always leaves them out).
     train = cls(train_root, train_splits, config.classes, annotation_files=files["train"],
-                skip_empty=config.skip_empty, **({} if instances else {"use_crowd": False}))
-    val = cls(val_root, val_splits, train.classes, annotation_files=files["val"], skip_empty=False)
+                image_ids=train_ids, skip_empty=config.skip_empty,
+                **({} if instances else {"use_crowd": False}))
+    val = cls(val_root, val_splits, train.classes, annotation_files=files["val"],
+              image_ids=val_ids, skip_empty=False)
     return _datasets(train, val, train_splits, config.skip_empty)
 
 

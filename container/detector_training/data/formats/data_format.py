@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detector_training.core.evaluation import VOC07
-from detector_training.data.common import SubsetDataset, with_validation
+from detector_training.data.common import SubsetDataset, carve_validation, with_validation
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
 
@@ -140,6 +140,13 @@ class DataFormat:
         channels folder, or where the format's data_root lays the channels out (a Pipe-mode
         copy)."""
         return channels_dir
+
+    def carve(self, datasets, fraction, seed):
+        """``datasets`` with ``fraction`` of the training images carved as the validation split
+        (``val_fraction``), by seeded positions. A format whose metric scores an annotation file
+        (coco) carves while it reads, so that the metric's ground truth is the carved part, and
+        returns ``datasets`` as they are."""
+        return carve_validation(datasets, fraction, seed)
 
     def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
         """Generated sample data in this format under ``channels_dir`` (``make run``, tests)."""
