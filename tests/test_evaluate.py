@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import tarfile
-from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +21,7 @@ from detector_training import evaluate, families
 from detector_training.core.eval_report import FILES as REPORT_FILES
 from detector_training.data import formats
 from detector_training.errors import DataError
+from detector_training.job.config import from_hyperparameters
 
 
 def evaluation_job(root, trained_base, hyperparameters, model_as="tar.gz", data_channel="test"):
@@ -173,9 +173,8 @@ def test_a_model_is_scored_at_the_sizes_it_validated_at(network, short, test_sho
     model = evaluate.EvaluatedModel("m", "m/model.params", ["a", "b"],
                                     {"network": network, "short": short, "test_short": test_short,
                                      "max_size": 1000, "multi_scale": True})
-    base = evaluate.from_hyperparameters({"dataset": "custom"})
-    env = SimpleNamespace(hyperparameters={"dataset": "custom"})
-    config = evaluate.evaluation_config(base, env, model)
+    base = from_hyperparameters({"dataset": "custom"})
+    config = evaluate.evaluation_config(base, model)
     assert config.network == network and config.short == expected
     families.get(network).check_config(config)  # the family takes it
 
@@ -228,7 +227,6 @@ def test_data_in_another_format_with_a_subset_of_the_classes_is_scored_with_a_wa
 
 
 def test_a_format_with_fixed_classes_takes_no_class_list_and_needs_the_models_to_be_its_own():
-    from detector_training.job.config import from_hyperparameters
 
     voc, custom = (from_hyperparameters({"dataset": name}) for name in ("voc", "custom"))
     assert not evaluate.takes_class_list(voc)
@@ -261,3 +259,10 @@ def test_coco_format_data_is_scored_by_cocos_metric_as_its_training_validated(tm
     assert evaluation["mAP"] == pytest.approx(validation["mAP"], abs=1e-9)
     assert evaluation["AP50"] == pytest.approx(validation["AP50"], abs=1e-9)
     assert os.path.isfile(os.path.join(base, "model", "ap_by_size.csv"))
+
+
+def test_a_models_config_value_that_does_not_parse_is_a_data_error_naming_it():
+    model = evaluate.EvaluatedModel("m", "m/model.params", ["a", "b"],
+                                    {"network": "faster_rcnn_resnet18_v1b_voc", "short": "tall"})
+    with pytest.raises(DataError, match=r"config.json has short=\"tall\": expected"):
+        evaluate.evaluation_config(from_hyperparameters({"dataset": "custom"}), model)

@@ -32,7 +32,7 @@ from detector_training.core.model_dir import (BEST_PARAMS, EXPORT_FILES, FINAL_P
 from detector_training.core.networks import load_parameters
 from detector_training.data import formats
 from detector_training.errors import DataError, ModelError
-from detector_training.job.config import from_hyperparameters
+from detector_training.job.config import FIELDS, validate as check_config_rules
 from detector_training.job.sm_env import JobPaths
 
 LOG = logging.getLogger("detector_training")
@@ -92,25 +92,37 @@ def _model_dir_in(root, walk=False):
     return root if any(os.path.isfile(os.path.join(root, n)) for n in PARAMS) else None
 
 
-def evaluation_config(config, env, model):
-    """The job's configuration with the model's network and test sizes (MODEL_KEYS), its class
-    list, and every image of the data scored (no split carved, no image left out)."""
-    values = {k: v for k, v in env.hyperparameters.items()}
-    values["dataset"] = config.dataset  # recognised from the test channel when not given
+def evaluation_config(config, model):
+    """The job's typed configuration with the model's network and test sizes (MODEL_KEYS, read
+    from its config.json by each field's own parser), its class list, and every image of the
+    data scored (no split carved, no image left out), checked again as a whole."""
+    values = {}
     for key in MODEL_KEYS:
         if model.config.get(key) is not None:
-            values[key] = json.dumps(model.config[key])
+            values[key] = _model_value(key, model.config[key])
     if inference.square_input(model.config) and model.config.get("test_short") is not None:
         # its validation size (short lists a multi-scale YOLOv3's training sizes)
-        values["short"] = json.dumps(model.config["test_short"])
-    values.update(val_fraction="0", final_fit="false", skip_empty="false")
+        values["short"] = _model_value("short", model.config["test_short"])
+    values.update(val_fraction=0.0, final_fit=False, skip_empty=False,
+                  num_classes=None)  # the model's classes are the list
     if takes_class_list(config):  # label rows then index the model's classes
-        values["classes"] = json.dumps(model.classes)
-    values.pop("num_classes", None)  # the model's classes are the list
+        values["classes"] = tuple(model.classes)
     # Formats read a training split too: let it be the data to score (a VOCdevkit's or a COCO
     # tree's validation split; the staged channel for the others), so nothing else is needed.
-    values["train_splits"] = json.dumps(list(config.val_splits or ()))
-    return from_hyperparameters(values)
+    values["train_splits"] = config.val_splits
+    evaluated = dataclasses.replace(config, **values)
+    check_config_rules(evaluated)
+    return evaluated
+
+
+def _model_value(key, value):
+    """A model's config.json value, typed by the hyperparameter's parser (config.json is bytes
+    from the model channel: a bad value is a DataError naming the field)."""
+    try:
+        return FIELDS[key].metadata["parse"](value)
+    except ValueError as exc:
+        raise DataError("the 'model' channel's config.json has %s=%s: expected %s."
+                        % (key, json.dumps(value)[:60], exc), MODEL_FIX) from None
 
 
 def takes_class_list(config):
@@ -187,7 +199,7 @@ def run_evaluation(config, env, dist, ctx):
     scratch = tempfile.mkdtemp(prefix="detector-evaluate-rank%d-" % world.rank)
     try:
         model = model_files(env.channel_dir(MODEL_CHANNEL), scratch)
-        config = evaluation_config(config, env, model)
+        config = evaluation_config(config, model)
         family = families.get(config.network)
         family.check_config(config)
         staged = staged_env(env, formats.stage_evaluation_data(env.paths.channels_dir, scratch))
