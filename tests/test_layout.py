@@ -13,7 +13,7 @@ import pytest
 PACKAGE = "detector_training"
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "container", PACKAGE)
 
-FLOORS = {"errors": 1, "settings": 1, "values": 1, "core": 2, "data": 3, "families": 4, "job": 5}
+FLOORS = {"errors": 1, "settings": 1, "values": 1, "safe_yaml": 1, "core": 2, "data": 3, "families": 4, "job": 5}
 TOP = 6
 
 # Upward imports allowed for now, each with the issue that removes it (none today); the test

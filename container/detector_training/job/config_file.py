@@ -37,6 +37,7 @@ from detector_training import families, settings
 from detector_training.core.files import path_inside
 from detector_training.data import formats
 from detector_training.errors import ConfigError
+from detector_training.safe_yaml import SafeLoader
 from detector_training.job import config as config_mod
 from detector_training.values import decode
 
@@ -109,24 +110,11 @@ class _DuplicateKey(yaml.MarkedYAMLError):
 MAX_DEPTH = 32  # a config file's sections hold values two or three levels deep
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader that refuses aliases and keys given twice and keeps key lines."""
+class _Loader(SafeLoader):
+    """The safe loader (no aliases, bounded nesting) that also refuses keys given twice and
+    keeps each key's line."""
 
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "aliases (*%s) are not accepted in a config "
-                                              "file; write the value out" % event.anchor,
-                                              event.start_mark)
-        # PyYAML composes and constructs recursively: deep nesting would end in a RecursionError.
-        self._depth = getattr(self, "_depth", 0) + 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, "values are nested deeper than %d levels"
-                                                  % MAX_DEPTH, self.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+    max_depth = MAX_DEPTH
 
     def construct_line_mapping(self, node):
         mapping = _Mapping()

@@ -114,7 +114,7 @@ def test_other_image_types_are_counted_not_read(tmp_path):
 
 @pytest.mark.parametrize("text, match", [
     ("train: images/train\nnames: [a, b\n", r"data.yaml line 3"),
-    ("train: images/train\nnames: &n [a]\nval: *n\n", r"aliases are not accepted"),
+    ("train: images/train\nnames: &n [a]\nval: *n\n", r"aliases \(\*n\) are not accepted"),
     ("train: images/train\nnames: {0: a, 2: b}\n", r"ids of 'names' are 0, 2"),
     ("train: images/train\nnc: 3\nnames: [a, b]\n", r"nc is 3 but 'names' has 2"),
     ("names: [a]\ntest: \n", r"names no split \(train, val, test\)"),

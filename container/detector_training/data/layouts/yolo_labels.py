@@ -21,6 +21,7 @@ import yaml
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
 from detector_training.data.layouts.images import IMAGE_SUFFIXES, image_size
 from detector_training.errors import DataError
+from detector_training.safe_yaml import SafeLoader
 
 MAX_YAML_BYTES = 1 << 20
 MAX_LABEL_BYTES = 16 << 20
@@ -35,21 +36,8 @@ ROBOFLOW = "Roboflow YOLOv8"
 FIX = "write one 'class cx cy w h' line per object, the numbers as fractions of the image size."
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing aliases (no expansion) and deep nesting."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.composer.ComposerError(None, None, "aliases are not accepted",
-                                              self.peek_event().start_mark)
-        self._depth = getattr(self, "_depth", 0) + 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, "values nested deeper than %d levels"
-                                                  % MAX_DEPTH, self.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+class _Loader(SafeLoader):
+    max_depth = MAX_DEPTH
 
 
 def _read_bytes(path, limit, what):
