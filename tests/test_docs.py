@@ -5,15 +5,18 @@ import ast
 import dataclasses
 import os
 import re
+import tomllib
 
 from detector_training import settings
 from detector_training.job import builtin_algorithm, config
 from detector_training.job.metrics import METRIC_DEFINITIONS
+from test_layout import ROOT as PACKAGE_ROOT, module_names, source_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 PACKAGE = os.path.join(ROOT, "container", "detector_training")
 README_MAX_LINES = 350
+README_MAX_LINE_LENGTH = 200
 
 
 def read(*parts):
@@ -181,6 +184,104 @@ def test_every_link_in_the_readme_and_docs_leads_to_a_repository_path():
 
 
 def test_readme_is_a_short_guide():
-    lines = read("README.md").count("\n")
+    text = read("README.md")
+    lines = text.count("\n")
     assert lines <= README_MAX_LINES, "README.md has %d lines; keep it at most %d and move reference " \
                                       "material to docs/" % (lines, README_MAX_LINES)
+    long_lines = ["%d (%d characters)" % (number, len(line))
+                  for number, line in enumerate(text.splitlines(), 1) if len(line) > README_MAX_LINE_LENGTH]
+    assert not long_lines, "README.md lines over %d characters: %s; rewrap them (a table row that cannot " \
+                           "be short becomes a short row plus text, or moves to docs/)" % (
+                               README_MAX_LINE_LENGTH, ", ".join(long_lines))
+
+
+# --- the README's tables against the tree ----------------------------------------------------
+
+def table_rows(text, header):
+    """The body rows, as lists of cells, of the first table whose header row matches ``header``."""
+    rows, in_table = [], False
+    for line in text.splitlines():
+        if not in_table and re.match(header, line):
+            in_table = True
+        elif in_table and line.startswith("|---"):
+            continue
+        elif in_table and line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif in_table:
+            break
+    return rows
+
+
+def floors_table_modules(text):
+    """The modules the README's floors table (``| floor | modules |``) names, dotted, each with how
+    often. A row's first cell names its folder in backticks (`core/`, `data/formats/`); a first cell
+    without one (foundations, top) is the package's own folder, an empty one the row above's. Every
+    `name.py` (or `sub/name.py`) in backticks in its second cell is a module in that folder;
+    `__init__.py` is the folder's package."""
+    rows = table_rows(text, r"\|\s*floor\s*\|\s*modules\s*\|")
+    assert rows, "README.md has no '| floor | modules |' table"
+    named, folder = [], None
+    for first, modules in (row[:2] for row in rows):
+        if first:
+            found = re.search(r"`([\w/]+)/`", first)
+            folder = found.group(1).split("/") if found else []
+        for path in re.findall(r"`([\w/]+)\.py`", modules):
+            parts = ["detector_training"] + folder + path.split("/")
+            named.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return named
+
+
+def test_the_floors_table_is_read_by_folder_and_continuation_row():
+    text = ("| floor | modules |\n|---|---|\n| 1. foundations | `errors.py` (errors), `DetectorFamily` |\n"
+            "| 3. `data/formats/` | `__init__.py` (the registry), `voc.py` (VOC), |\n| | `custom.py` (VOC XML) |\n"
+            "| 6. top | `main.py` |\n\n| floor | modules |\n|---|---|\n| 2. `core/` | `engine.py` |\n")
+    assert floors_table_modules(text) == [
+        "detector_training.errors", "detector_training.data.formats", "detector_training.data.formats.voc",
+        "detector_training.data.formats.custom", "detector_training.main"]
+
+
+def package_holds_code(module):
+    """Whether a package's ``__init__.py`` defines something (a function or class: a registry, a
+    helper) rather than only a docstring, imports and constants."""
+    with open(source_path(module), encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    return any(isinstance(node, (ast.FunctionDef, ast.ClassDef)) for node in tree.body)
+
+
+def test_the_floors_table_names_every_module_of_the_package():
+    """Every module of ``container/detector_training`` (every .py file under it) is named in the
+    README's floors table, in its folder's row, and the table names no module that does not exist.
+    A package's ``__init__.py`` must be named when it defines a function or class (a registry, a
+    helper: code worth naming); one holding only a docstring, imports and constants need not be."""
+    assert os.path.samefile(PACKAGE_ROOT, PACKAGE)
+    named = floors_table_modules(read("README.md"))
+    modules = set(module_names())
+    required = {m for m in modules if not source_path(m).endswith("__init__.py") or package_holds_code(m)}
+    assert "detector_training.families" in required and "detector_training.core" not in required
+    missing = sorted(required - set(named))
+    unknown = sorted(set(named) - modules)
+    twice = sorted({m for m in named if named.count(m) > 1})
+    assert not missing, "the README's floors table omits these modules: %s" % missing
+    assert not unknown, "the README's floors table names modules that do not exist: %s" % unknown
+    assert not twice, "the README's floors table names these twice: %s" % twice
+
+
+def console_scripts():
+    """Every command the two pip projects install, and every executable in ``entrypoint/``."""
+    names = set(os.listdir(os.path.join(ROOT, "entrypoint")))
+    for project in ("container", "sagemaker_launch"):
+        with open(os.path.join(ROOT, project, "pyproject.toml"), "rb") as handle:
+            names.update(tomllib.load(handle)["project"]["scripts"])
+    return names
+
+
+def test_the_commands_table_names_every_command_and_nothing_else():
+    rows = table_rows(read("README.md"), r"\|\s*command\s*\|\s*what it is\s*\|")
+    assert rows, "README.md has no '| command | what it is |' table"
+    listed = {name for row in rows for name in re.findall(r"`([^`]+)`", row[0])}
+    commands = console_scripts()
+    assert {"train", "serve", "detector-launch"} <= commands  # both projects and entrypoint/ are read
+    missing = sorted(commands - listed)
+    unknown = sorted(listed - commands)
+    assert not missing, "the README's commands table omits: %s" % missing
+    assert not unknown, "the README's commands table names commands nothing installs: %s" % unknown

@@ -1,1 +1,3 @@
-"""Data: VOC/COCO readers, samplers and loaders, verified fetching and safe extraction, generated datasets."""
+"""Data: the data formats (``formats/``: the registry and one module per format) and the readers of
+exports (``layouts/``), labelled images, validation carving, samplers and loaders, Ground Truth
+manifests and Pipe mode, the verified VOC fetch once per host, generated datasets."""

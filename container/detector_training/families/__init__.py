@@ -1,6 +1,6 @@
-"""Detector families: one module per family says what the family is (its networks, presets,
-datasets, options, loss, metric and score names, demo defaults) and how to build, feed, step and
-validate its networks (see base.py for the seam).
+"""Detector families: one module per family says what the family is (its networks, presets per
+data style, whether it needs masks, options, loss, metric and score names, demo defaults) and how
+to build, feed, step and validate its networks (see base.py for the seam).
 
 The registry maps each family's networks to it. The built-in families are registered here;
 ``register(cls)`` adds one defined anywhere else, after which the job's configuration accepts its

@@ -1,7 +1,9 @@
 """The training configuration: one frozen, typed object built once.
 
-Precedence: field defaults < the data format's preset < the family's < user hyperparameters. Field names are the
-hyperparameter names (GluonCV's flags with underscores), so tuning jobs target them directly.
+Precedence: field defaults < the data format's preset < the family's preset for the format's data
+style < the built-in algorithm's documented defaults (only for a job in its names) < user
+hyperparameters; ``sources`` says which set each value. Field names are the hyperparameter names
+(GluonCV's flags with underscores), so tuning jobs target them directly.
 Values arrive as SageMaker sends them (strings, sometimes JSON-quoted) or as Python values;
 both go through the same parsers. Nothing here imports mxnet or reads the environment.
 """

@@ -1,9 +1,11 @@
 """Data formats: one module per format says how it is recognised in the channels, which channels
-it reads, its preset, its own configuration rules, how it reads training and validation data and
-class names, and which metric scores it (see data_format.py for the seam).
+it reads, its preset and data style, its own configuration rules, how it reads training and
+validation data and class names, which metric scores it and whether its classes are fixed (see
+data_format.py for the seam).
 
-The registry maps each format's name (the ``dataset`` hyperparameter) to it. The built-in formats
-are registered here; ``register(cls)`` adds one defined anywhere else, after which the job's
+The registry maps each format's name (the ``dataset`` hyperparameter) to it; this module also
+recognises a job's format from its channels and stages an evaluation job's data. The built-in
+formats are registered here; ``register(cls)`` adds one defined anywhere else, after which the job's
 configuration accepts its name and the ordinary job trains on it. Importing this package needs
 neither MXNet nor GluonCV.
 """
