@@ -117,13 +117,16 @@ def labelimg_separate(root, count=6, seed=0, grey=(1,), images="images", annotat
 # CVAT ----------------------------------------------------------------------------------------
 
 def cvat_xml(photo, decimals=True):
-    """CVAT's (datumaro's) VOC writer: two-space indent, nested <source><annotation>, decimals,
-    <occluded> and an <attributes> block per object."""
+    """CVAT's (datumaro's) VOC writer (datumaro/plugins/voc_format/converter.py, which CVAT's
+    "Pascal VOC 1.1" export runs): two-space indent, nested <source><annotation>, an empty
+    <depth></depth>, <occluded> and an <attributes> block per object, and each box as its 0-based
+    float edges (``xmin = x``, ``xmax = x + w``, ``str(float)``: no + 1, unlike the official
+    VOC's 1-based pixel indices)."""
     width, height = photo.image.size
     objects = ""
     for i, (name, x0, y0, x1, y1) in enumerate(photo.objects):
         shift = 0.35 if decimals else 0.0
-        corners = (x0 + 1 + shift, y0 + 1, x1 + 1 - shift, y1 + 1.5 * (i % 2))
+        corners = (x0 + shift, y0, x1 - shift, y1 + 0.5 * (i % 2))
         objects += ("  <object>\n    <name>%s</name>\n    <truncated>0</truncated>\n"
                     "    <occluded>0</occluded>\n    <difficult>0</difficult>\n    <bndbox>\n"
                     "      <xmin>%s</xmin>\n      <ymin>%s</ymin>\n      <xmax>%s</xmax>\n"
@@ -134,9 +137,9 @@ def cvat_xml(photo, decimals=True):
     return ('<?xml version="1.0" encoding="utf-8"?>\n<annotation>\n  <folder></folder>\n'
             "  <filename>%s</filename>\n  <source>\n    <database>Unknown</database>\n"
             "    <annotation>Unknown</annotation>\n    <image>Unknown</image>\n  </source>\n"
-            "  <size>\n    <width>%d</width>\n    <height>%d</height>\n    <depth>%d</depth>\n"
+            "  <size>\n    <width>%d</width>\n    <height>%d</height>\n    <depth></depth>\n"
             "  </size>\n  <segmented>0</segmented>\n%s</annotation>\n"
-            % (photo.name, width, height, 1 if photo.image.mode == "L" else 3, objects))
+            % (photo.name, width, height, objects))
 
 
 CVAT_COLOURS = {"circle": "250,50,83", "square": "51,221,255", "triangle": "52,209,183"}

@@ -8,10 +8,10 @@ from detector_training.data.layouts import voc_xml
 from detector_training.errors import DataError
 
 
-def _read(tmp_path, text, name="a.xml"):
+def _read(tmp_path, text, name="a.xml", one_based=True):
     path = tmp_path / name
     path.write_bytes(text.encode() if isinstance(text, str) else text)
-    return voc_xml.read_annotation(str(path))
+    return voc_xml.read_annotation(str(path), one_based)
 
 
 def test_labelimg_annotation_gives_0_based_corners_and_keeps_the_path_unused(tmp_path):
@@ -27,7 +27,7 @@ def test_labelimg_annotation_gives_0_based_corners_and_keeps_the_path_unused(tmp
 
 def test_cvat_decimals_nested_source_annotation_and_roboflow_corner_order(tmp_path):
     photo = exports.photos(1, seed=3)[0]
-    cvat = _read(tmp_path, exports.cvat_xml(photo), "cvat.xml")
+    cvat = _read(tmp_path, exports.cvat_xml(photo), "cvat.xml", one_based=False)
     name, x0, y0, x1, y1 = photo.objects[0]
     first = cvat.objects[0]
     assert (first.xmin, first.ymin, first.xmax) == pytest.approx((x0 + 0.35, y0, x1 - 0.35))
@@ -113,3 +113,66 @@ def test_difficult_flag_is_read(tmp_path):
     annotation = _read(tmp_path, _box_xml(extra="<difficult>1</difficult>\n"))
     assert annotation.objects[0].difficult
     assert not _read(tmp_path, _box_xml(extra="<difficult>0</difficult>\n")).objects[0].difficult
+
+
+# One object as CVAT's "Pascal VOC 1.1" export writes it (datumaro's VOC exporter,
+# datumaro/plugins/voc_format/converter.py: xmin = x, ymin = y, xmax = x + w, ymax = y + h of the
+# box CVAT shows at x 40.5, y 12.25, width 100, height 50.75; str(float); an empty <depth>).
+CVAT_SAMPLE = """<?xml version="1.0" encoding="utf-8"?>
+<annotation>
+  <folder></folder>
+  <filename>frame_000001.jpg</filename>
+  <source>
+    <database>Unknown</database>
+    <annotation>Unknown</annotation>
+    <image>Unknown</image>
+  </source>
+  <size>
+    <width>320</width>
+    <height>240</height>
+    <depth></depth>
+  </size>
+  <segmented>0</segmented>
+  <object>
+    <name>car</name>
+    <truncated>0</truncated>
+    <occluded>0</occluded>
+    <difficult>0</difficult>
+    <bndbox>
+      <xmin>40.5</xmin>
+      <ymin>12.25</ymin>
+      <xmax>140.5</xmax>
+      <ymax>63.0</ymax>
+    </bndbox>
+    <attributes>
+      <attribute>
+        <name>occluded</name>
+        <value>false</value>
+      </attribute>
+    </attributes>
+  </object>
+</annotation>
+"""
+
+
+def test_a_cvat_box_is_read_at_the_pixel_edges_cvat_shows_and_voc_s_one_based_ones_less_one(tmp_path):
+    box = _read(tmp_path, CVAT_SAMPLE, "cvat.xml", one_based=False).objects[0]
+    assert (box.xmin, box.ymin, box.xmax, box.ymax) == (40.5, 12.25, 140.5, 63.0)
+    voc = _read(tmp_path, CVAT_SAMPLE.replace("40.5", "41").replace("140.5", "141"), "voc.xml")
+    voc = voc.objects[0]
+    assert (voc.xmin, voc.xmax) == (40.0, 140.0)  # the official VOC's 1-based indices, less 1
+
+
+def test_the_cvat_fixture_writes_what_the_sample_shows(tmp_path):
+    """tests/exports.py's CVAT writer, checked against the sample above: the same elements in the
+    same order, the same empty <depth>, corners as plain floats."""
+    import re
+
+    photo = exports.photos(1, seed=3)[0]
+    written = exports.cvat_xml(photo)
+    tags = lambda text: re.findall(r"<(/?[a-z_]+)>", text)
+    head = lambda text: tags(text)[:tags(text).index("object")]
+    assert head(written) == head(CVAT_SAMPLE)
+    one_object = lambda text: tags(text)[tags(text).index("object"):tags(text).index("/object") + 1]
+    assert one_object(written) == one_object(CVAT_SAMPLE)
+    assert "<depth></depth>" in written

@@ -65,6 +65,7 @@ class VocExport:
     image_roots: tuple
     classes: tuple = ()
     lower_names: bool = False  # a VOCdevkit's names are read in lower case, as GluonCV reads them
+    one_based: bool = True  # corners as 1-based pixel indices (VOC's); CVAT writes 0-based edges
     unlisted_ok: bool = False  # a VOCdevkit's JPEGImages holds every split's images
     _index: object = field(default=None, repr=False)
 
@@ -100,7 +101,8 @@ class VocExport:
         drops, adjusted, images, used = Drops(), Drops(), [], set()
         for name in names:
             for xml_path in self.splits[name]:
-                image = _read_one(xml_path, index, drops, adjusted, self.lower_names)
+                image = _read_one(xml_path, index, drops, adjusted, self.lower_names,
+                                  one_based=self.one_based)
                 if image is not None:
                     images.append(image)
                     used.add(image.path)
@@ -131,11 +133,11 @@ class VocExport:
         return referenced
 
 
-def _read_one(xml_path, index, drops, adjusted, lower_names, quiet=False):
+def _read_one(xml_path, index, drops, adjusted, lower_names, quiet=False, one_based=True):
     if not os.path.isfile(xml_path):
         drops.add(NO_ANNOTATION, xml_path)
         return None
-    annotation = read_annotation(xml_path)
+    annotation = read_annotation(xml_path, one_based)
     path = index.find(annotation.filename, xml_path, annotation.folder)
     if path is None:
         drops.add(NO_IMAGE, "%s (%s)" % (xml_path, annotation.filename or "no <filename>"))
@@ -254,8 +256,10 @@ def _voc_folders(directory):
             splits = {"default": _xml_files(annotations)}
         classes = read_labelmap(labelmap) if os.path.isfile(labelmap) else ()
         images = os.path.join(base, "JPEGImages")
-        return VocExport(CVAT if os.path.isfile(labelmap) else VOC_FOLDERS, base, splits,
-                         (images if _real_dir(images) else base,), classes)
+        cvat = os.path.isfile(labelmap)
+        return VocExport(CVAT if cvat else VOC_FOLDERS, base, splits,
+                         (images if _real_dir(images) else base,), classes,
+                         one_based=not cvat)  # datumaro's exporter: xmin = x, xmax = x + w
     return None
 
 

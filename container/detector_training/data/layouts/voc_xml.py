@@ -2,8 +2,10 @@
 
 defusedxml's parser refuses a DTD (and so every entity declaration: no expansion bombs, no
 external references); the file is read only up to ``MAX_BYTES``. Coordinates may have decimals
-(CVAT writes them); VOC's corners are 1-based pixel indices and are returned 0-based, as
-GluonCV's VOC reader does. ``<path>`` (a path on the labeller's machine) is never used, and
+(CVAT writes them). Boxes are returned in 0-based pixels: the official VOC's corners (and
+labelImg's) are 1-based pixel indices, less 1 as GluonCV's VOC reader does; CVAT's are the box's
+0-based edges already (``one_based=False``: datumaro's VOC exporter writes ``xmin = x``, ``xmax =
+x + w``). ``<path>`` (a path on the labeller's machine) is never used, and
 ``<size>`` only as the annotation's claim (the image's header wins; it may be wrong or 0). A file
 that cannot be read is a DataError naming the file, the line and the fix.
 """
@@ -61,8 +63,9 @@ class _LineTarget:
         return self._builder.close()
 
 
-def read_annotation(path):
-    """The Annotation in the file at ``path`` (at most MAX_BYTES)."""
+def read_annotation(path, one_based=True):
+    """The Annotation in the file at ``path`` (at most MAX_BYTES); ``one_based``: its corners are
+    1-based pixel indices (the official VOC's), else 0-based edges (CVAT's)."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_BYTES + 1)
@@ -71,7 +74,7 @@ def read_annotation(path):
     if len(data) > MAX_BYTES:
         raise DataError("annotation %s is larger than the %d MiB an annotation may be."
                         % (path, MAX_BYTES >> 20), "split it, or remove it from the data.")
-    return parse_annotation(data, path)
+    return parse_annotation(data, path, one_based)
 
 
 def _parse(data, path, with_lines=False):
@@ -111,20 +114,21 @@ def _positive(element, tag):
     return value if math.isfinite(value) and value > 0 else None
 
 
-def parse_annotation(data, path):
+def parse_annotation(data, path, one_based=True):
     """The Annotation in ``data`` (bytes of the file at ``path``, named in errors). Boxes say
     where they are as "<file> object <n>"; an error names the line (the file is parsed again,
     keeping lines, to find it)."""
     root, _ = _parse(data, path)
     try:
-        return _annotation(root, path, lambda element, number=0: "%s object %d" % (path, number))
+        return _annotation(root, path, lambda element, number=0: "%s object %d" % (path, number),
+                           one_based)
     except DataError:
         root, lines = _parse(data, path, with_lines=True)
         return _annotation(root, path, lambda element, number=0: "%s line %d" % (
-            path, lines.get(id(element), 0)))
+            path, lines.get(id(element), 0)), one_based)
 
 
-def _annotation(root, path, where):
+def _annotation(root, path, where, one_based=True):
     if root.tag != "annotation":
         raise DataError("%s is not a Pascal VOC annotation: its root element is <%s>, not "
                         "<annotation>." % (path, root.tag),
@@ -137,11 +141,11 @@ def _annotation(root, path, where):
         depth = _positive(size, "depth")
         annotation.depth = int(depth) if depth else None
     for number, obj in enumerate(root.iter("object"), 1):
-        annotation.objects.append(_box(obj, number, where))
+        annotation.objects.append(_box(obj, number, where, 1.0 if one_based else 0.0))
     return annotation
 
 
-def _box(obj, number, where):
+def _box(obj, number, where, offset):
     name = _child_text(obj, "name")
     if not name:
         raise DataError("%s: an <object> without a <name>." % where(obj, number), FIX)
@@ -162,7 +166,7 @@ def _box(obj, number, where):
         if not math.isfinite(value):
             raise DataError("%s: <%s> of object '%s' is '%s', not a number."
                             % (where(element, number), tag, name, text[:40]), FIX)
-        corners.append(value - 1.0)  # 1-based pixel index -> 0-based
+        corners.append(value - offset)  # 1-based pixel index -> 0-based (CVAT's edges: as they are)
     difficult = _child_text(obj, "difficult")
     return Box(*corners, label=name, difficult=difficult not in ("", "0"),
                where=where(obj, number))
