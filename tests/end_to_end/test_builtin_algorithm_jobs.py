@@ -43,6 +43,9 @@ def test_the_notebooks_hyperparameters_with_a_network_train_that_network(job_dir
     assert "built-in algorithm's hyperparameters: learning_rate=0.001 -> lr" in out
     assert "built-in algorithm's hyperparameters: label_width=350 (noted:" in out
     assert re.search(r"world: rank=0 size=1 .* family=faster_rcnn", out)
+    # where each value came from: the job's, the built-in algorithm's defaults for the rest
+    assert re.search(r"configuration: from the job's hyperparameters: .*\bepochs=1\b", out)
+    assert re.search(r"configuration: from the built-in algorithm's default: .*\bearly_stopping=false", out)
     config = read_json(base, "model", "config.json")
     assert config["network"] == "faster_rcnn_resnet50_v1b_voc"
     assert (config["global_batch"], config["effective_lr"], config["short"]) == (2, 0.001, [32])
