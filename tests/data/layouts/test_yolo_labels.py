@@ -139,3 +139,45 @@ def test_the_label_path_replaces_the_last_images_folder():
     assert yolo.label_path("/d/images/train/a.b.jpg") == "/d/labels/train/a.b.txt"
     assert yolo.label_path("/images/x/images/train/a.png") == "/images/x/labels/train/a.txt"
     assert yolo.label_path("/d/train/a.jpg") == "/d/train/a.txt"
+
+
+def test_a_roboflow_download_s_absolute_paths_resolve_inside_the_data_and_an_absent_test_is_noted(
+        tmp_path, caplog):
+    """Roboflow's Python package (Version.download()) rewrites data.yaml's train/val to absolute
+    paths of the machine it ran on; the real aquarium export, so rewritten, with a test: folder
+    that was not uploaded (training never reads it)."""
+    import logging
+
+    from conftest import real_export
+
+    root = real_export("aquarium-roboflow-yolov5", tmp_path / "aquarium")
+    (tmp_path / "aquarium" / "data.yaml").write_text(
+        "names:\n- fish\n- jellyfish\n- penguin\n- puffin\n- shark\n- starfish\n- stingray\nnc: 7\n"
+        "test: /content/Aquarium-1/test-not-uploaded/images\n"
+        "train: /content/Aquarium-1/train/images\nval: C:\\Users\\me\\Aquarium-1\\valid\\images\n")
+    with caplog.at_level(logging.INFO, logger="detector_training"):
+        export = yolo.find_export(root)
+    assert export.splits["train"] == [os.path.join(root, "train", "images")]
+    assert export.splits["validation"] == [os.path.join(root, "valid", "images")]
+    assert "test" not in export.splits
+    assert "'test: /content/Aquarium-1/test-not-uploaded/images' is not in the data" in caplog.text
+    assert "not read by training: left out" in caplog.text
+    assert len(export.read("train").images) == len(os.listdir(os.path.join(root, "train", "images")))
+
+
+def test_an_absent_train_split_still_stops_the_job(tmp_path):
+    exports.ultralytics_yolo(str(tmp_path))
+    (tmp_path / "data.yaml").write_text("train: /elsewhere/images/nothing\nval: images/val\nnc: 3\n")
+    with pytest.raises(DataError, match="'train: /elsewhere/images/nothing' is not in the data"):
+        yolo.find_export(str(tmp_path))
+
+
+def test_train_as_a_list_and_a_list_file_of_absolute_lines_from_another_machine(tmp_path):
+    made = exports.ultralytics_yolo(str(tmp_path), unlabelled=())
+    lines = "".join("/home/someone/datasets/shapes/images/train/%s\n" % p.name for p in made["train"][:3])
+    (tmp_path / "train.txt").write_text(lines)
+    (tmp_path / "data.yaml").write_text("train: [train.txt, images/val]\nval: images/val\nnc: 3\n")
+    export = yolo.find_export(str(tmp_path))
+    train = export.read("train")
+    assert len(train.images) == 3 + len(made["val"]) and not train.drops
+    assert all(i.path.startswith(str(tmp_path)) for i in train.images)

@@ -12,8 +12,10 @@ image's labels are the ``.txt`` at its path with the last ``images`` folder repl
 without objects. The YAML is read by PyYAML's safe loader with no aliases, under a size limit.
 """
 
+import logging
 import math
 import os
+import re
 from dataclasses import dataclass
 
 import yaml
@@ -23,11 +25,15 @@ from detector_training.data.layouts.images import IMAGE_SUFFIXES, image_size
 from detector_training.errors import DataError
 from detector_training.safe_yaml import SafeLoader
 
+LOG = logging.getLogger("detector_training")
+
 MAX_YAML_BYTES = 1 << 20
 MAX_LABEL_BYTES = 16 << 20
 MAX_DEPTH = 16
 YAML_SUFFIXES = (".yaml", ".yml")
 SPLIT_KEYS = {"train": "train", "val": "validation", "test": "test"}
+READ_KEYS = ("train", "val")  # the splits training reads; an absent test: is only noted
+_WINDOWS_ABSOLUTE = re.compile(r"^[A-Za-z]:[\\/]")
 # What Ultralytics also reads as images, counted when left out here.
 OTHER_IMAGES = (".tif", ".tiff", ".webp", ".dng", ".mpo", ".pfm", ".heic")
 OTHER_TYPE = "image of a type not read here (jpg, jpeg, png, bmp are)"
@@ -174,11 +180,19 @@ class YoloExport:
         return paths
 
     def _listed(self, list_file):
-        """The images a split's text file lists, relative to the dataset root (Ultralytics)."""
+        """The images a split's text file lists, relative to its folder (Ultralytics); an
+        absolute line of the machine that wrote it found by its trailing parts in the dataset."""
         text = _read_bytes(list_file, MAX_LABEL_BYTES, "image list").decode("utf-8", "replace")
         base = os.path.dirname(list_file)
-        return [os.path.normpath(os.path.join(base, line.strip())) for line in text.splitlines()
-                if line.strip()]
+        paths = []
+        for line in (line.strip() for line in text.splitlines()):
+            if not line:
+                continue
+            absolute = os.path.isabs(line) or _WINDOWS_ABSOLUTE.match(line)
+            tries = _candidates(line, self.root if absolute else base)
+            paths.append(next((t for t in tries if os.path.isfile(t) and _inside(t, self.root)),
+                              tries[0]))
+        return paths
 
     def read(self, split, classes=()):
         """One split as a cleaned LabelledSet (``classes``: keep only these, counted)."""
@@ -201,6 +215,23 @@ class YoloExport:
         return clean(LabelledSet(images, self.classes, drops, self.layout), classes)
 
 
+def _candidates(entry, base):
+    """Where a path the dataset names may be inside it, in the order tried: relative to
+    ``base``; Roboflow's web export's ``../train/images`` also without its ``../`` (as Ultralytics
+    retries it); an absolute path of the machine that wrote it (Roboflow's ``Version.download()``
+    rewrites ``train:``/``val:`` so, and Ultralytics list files may hold such lines) by its
+    trailing parts under ``base``, the longest first. Never a path outside ``base``."""
+    if os.path.isabs(entry) or _WINDOWS_ABSOLUTE.match(entry):
+        parts = [p for p in re.split(r"[\\/]+", entry) if p and p not in (".", "..")]
+        if parts and _WINDOWS_ABSOLUTE.match(entry):
+            parts = parts[1:]  # the drive
+        return [os.path.normpath(os.path.join(base, *parts[i:])) for i in range(len(parts))]
+    tries = [os.path.normpath(os.path.join(base, entry))]
+    if entry.startswith("../"):
+        tries.append(os.path.normpath(os.path.join(base, entry[3:])))
+    return tries
+
+
 def _sources(value, root, yaml_path, key):
     """The existing folders/files a split entry names (a string or a list of them)."""
     entries = value if isinstance(value, list) else [value]
@@ -209,13 +240,11 @@ def _sources(value, root, yaml_path, key):
         if not isinstance(entry, str) or not entry.strip():
             raise DataError("dataset YAML %s: '%s' is %r, not a path." % (yaml_path, key, entry),
                             "give the split's image folder relative to the YAML.")
-        tries = [os.path.normpath(os.path.join(root, entry))]
-        if entry.startswith("../"):
-            tries.append(os.path.normpath(os.path.join(root, entry[3:])))
+        tries = _candidates(entry, root)
         hit = next((t for t in tries if os.path.exists(t) and _inside(t, root)), None)
         if hit is None:
             raise DataError("dataset YAML %s: '%s: %s' is not in the data (looked for %s)."
-                            % (yaml_path, key, entry, " and ".join(tries)),
+                            % (yaml_path, key, entry, " and ".join(tries[:4])),
                             "upload the split's images with the YAML, or correct the path.")
         found.append(hit)
     return found
@@ -255,8 +284,15 @@ def find_export(directory):
                 root = candidate
         splits = {}
         for key, name in SPLIT_KEYS.items():
-            if data.get(key):
+            if not data.get(key):
+                continue
+            try:
                 splits[name] = _sources(data[key], root, yaml_path, key)
+            except DataError as exc:
+                if key in READ_KEYS:
+                    raise
+                # Training never reads it (Ultralytics checks only train and val): say so, go on.
+                LOG.info("data: %s (not read by training: left out)", exc.cause.rstrip("."))
         if not splits:
             raise DataError("dataset YAML %s names no split (train, val, test)." % yaml_path,
                             "add 'train: <folder of training images>'.")
