@@ -32,9 +32,15 @@ def label(width, height, boxes):
                             for c, l, t, w, h in boxes]}
 
 
+# The attribute an adjustment job writes: the name the user gave it (any name), its metadata with
+# "adjustment-status" (Ground Truth's adjustment output, docs: "Label verification and adjustment").
+ADJUSTMENT_ATTRIBUTE = "shapes-checked"
+
+
 def line(source_ref, width, height, boxes, attribute=ATTRIBUTE, adjusted=False):
-    """One manifest line. ``adjusted``: the boxes go to ``adjusted-<attribute>`` (an adjustment
-    job), and the original attribute gets them shifted by 3 pixels (what was corrected)."""
+    """One manifest line. ``adjusted``: an adjustment job's attribute (ADJUSTMENT_ATTRIBUTE, its
+    metadata's ``adjustment-status`` "adjusted") holds the boxes, and the original attribute has
+    them shifted by 3 pixels (what was corrected)."""
     names = {v: k for k, v in CLASS_IDS.items()}
     class_map = {str(c): names[c] for c in sorted({b[0] for b in boxes})}
     record = {"source-ref": source_ref}
@@ -42,7 +48,11 @@ def line(source_ref, width, height, boxes, attribute=ATTRIBUTE, adjusted=False):
         moved = [(c, max(0, l - 3), t, w, h) for c, l, t, w, h in boxes]
         record[attribute] = label(width, height, moved)
         record[attribute + "-metadata"] = metadata(class_map)
-        attribute = "adjusted-" + attribute
+        record[ADJUSTMENT_ATTRIBUTE] = label(width, height, boxes)
+        record[ADJUSTMENT_ATTRIBUTE + "-metadata"] = dict(
+            metadata(class_map), **{"adjustment-status": "adjusted",
+                                    "job-name": "labeling-job/shapes-checked"})
+        return record
     record[attribute] = label(width, height, boxes)
     record[attribute + "-metadata"] = metadata(class_map)
     return record

@@ -40,7 +40,12 @@ def test_the_adjusted_attribute_is_preferred_over_the_original():
     record = gt.line("s3://b/k.jpg", 100, 80, [(0, 10, 20, 30, 40)], adjusted=True)
     entry = manifest.parse_entry(record, "line 1")
     assert entry.boxes == ((10.0, 20.0, 40.0, 60.0, 0),)  # not the original's shifted box
-    assert manifest.label_attribute(record, "line 1") == "adjusted-boxes"
+    assert manifest.label_attribute(record, "line 1") == gt.ADJUSTMENT_ATTRIBUTE  # by its metadata
+    unmarked = dict(record)
+    unmarked[gt.ADJUSTMENT_ATTRIBUTE + "-metadata"] = gt.metadata(
+        record[gt.ADJUSTMENT_ATTRIBUTE + "-metadata"]["class-map"])  # no adjustment-status
+    with pytest.raises(DataError, match="several bounding-box attributes"):
+        manifest.label_attribute(unmarked, "line 1")  # a name alone decides nothing
 
 
 def test_a_named_attribute_is_used_and_must_be_on_every_line():

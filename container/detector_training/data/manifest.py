@@ -4,8 +4,8 @@ One JSON object per line: ``source-ref`` (the image's S3 URI), the label attribu
 the labelling job) with ``image_size`` and ``annotations`` (``class_id``, ``left``, ``top``,
 ``width``, ``height`` in pixels), and ``<attribute>-metadata`` with the line's ``class-map`` and
 its ``type``. The attribute is the one named by ``label_attribute``, or found as the key whose
-metadata says it is an object-detection job; an adjustment job's ``adjusted-<attribute>`` is
-preferred when a line has it. The class maps (each lists only the classes on its line, ids may be
+metadata says it is an object-detection job; where a line has several, the adjustment job's
+(its metadata declares an ``adjustment-status``; the user names its attribute) is preferred. The class maps (each lists only the classes on its line, ids may be
 sparse) are merged into one class list in id order.
 
 Every check names the line: a line that is not JSON, a missing attribute, an unknown type, a box
@@ -30,7 +30,9 @@ from detector_training.errors import DataError
 
 SOURCE_REF = "source-ref"
 METADATA_SUFFIX = "-metadata"
-ADJUSTED_PREFIX = "adjusted-"
+# What an adjustment job's metadata declares ("adjusted" or "unadjusted"): its attribute holds
+# the boxes as the adjustment left them, under whatever name the user gave the job.
+ADJUSTMENT_STATUS = "adjustment-status"
 MANIFEST_SUFFIXES = (".manifest", ".jsonl")
 MAX_LINE_BYTES = 1 << 20  # a line holds one image's labels; a megabyte is thousands of boxes
 MANIFEST_CHANNELS = ("train", "training")
@@ -104,7 +106,8 @@ def read_lines(path, label=None):
 
 def label_attribute(record, where, named=""):
     """The attribute of ``record`` that holds its boxes: ``named`` (then the line must have it),
-    else the one whose metadata has an object-detection type, ``adjusted-`` preferred."""
+    else the one whose metadata has an object-detection type, an adjustment job's preferred
+    (its metadata has an ``adjustment-status``)."""
     if named:
         if named not in record:
             raise DataError("%s has no attribute '%s' (it has: %s)." % (
@@ -119,7 +122,7 @@ def label_attribute(record, where, named=""):
         raise DataError("%s has '%s%s' but no attribute '%s' (missing attribute)." % (
             where, found[0], METADATA_SUFFIX, found[0]), FIX_LINE)
     found = [name for name in found if name in record]
-    adjusted = [name for name in found if name.startswith(ADJUSTED_PREFIX)]
+    adjusted = [name for name in found if ADJUSTMENT_STATUS in record[name + METADATA_SUFFIX]]
     if adjusted:
         found = adjusted
     if len(found) == 1:

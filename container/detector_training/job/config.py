@@ -99,7 +99,8 @@ class TrainConfig:
     label_attribute: str = hp("", parse_str,
                               "manifest: the label attribute holding the boxes (Ground Truth names "
                               "it after the labelling job); empty: the one whose metadata says "
-                              "object detection, adjusted-<name> preferred.")
+                              "object detection, an adjustment job's (its metadata has an "
+                              "adjustment-status) preferred.")
     skip_empty: bool = hp(True, parse_bool,
                           "Leave out images without boxes (GluonCV's default; COCO validation "
                           "keeps them all); false trains and validates them as negatives, in "
