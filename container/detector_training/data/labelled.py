@@ -147,6 +147,22 @@ CLIPPED = "box partly outside its image (clipped)"
 EDGE_SLACK = 1.0
 
 
+NOT_TRAINED = "object of a class not trained (%s)"
+
+
+def boxes_of(image, classes, drops):
+    """The boxes of ``image`` whose class is one of ``classes`` (names, as trained); each other
+    box is counted in ``drops`` as not trained. The one place of that rule: the job's datasets
+    and the data check both keep and count boxes through it."""
+    kept = []
+    for box in image.boxes:
+        if box.label in classes:
+            kept.append(box)
+        else:
+            drops.add(NOT_TRAINED % box.label, box.where or image.where or image.path)
+    return kept
+
+
 def _asked(classes):
     """{lower-cased name: the asked spelling} of the classes asked for (empty: all)."""
     return {str(name).strip().lower(): str(name).strip() for name in classes}

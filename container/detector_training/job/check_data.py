@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from detector_training.core.files import atomic_save, atomic_write_text
 from detector_training.data import formats
 from detector_training.data.formats.data_format import Channel
-from detector_training.data.labelled import Drops
+from detector_training.data.labelled import Drops, boxes_of
 from detector_training.errors import JobError
 from detector_training.job import config as config_mod
 
@@ -30,7 +30,6 @@ LOG = logging.getLogger("detector_training")
 REPORT_MD = "data_report.md"
 REPORT_PNG = "data_report.png"
 SPLITS = (("train", "training"), ("validation", "validation"))
-OTHER_CLASS = "object of a class not trained (%s)"
 # Channels a format reads beside those it finds its data in (a manifest's images).
 SIDE_CHANNELS = ("images",)
 
@@ -295,14 +294,10 @@ def summarise(labelled, classes, what):
     objects = OrderedDict((name, 0) for name in classes)
     sides, negatives = [], 0
     for image in labelled.images:
-        kept = 0
-        for box in image.boxes:
-            if box.label in objects:
-                objects[box.label] += 1
-                kept += 1
-                sides.append(math.sqrt(max(box.xmax - box.xmin, 0.0) * max(box.ymax - box.ymin, 0.0)))
-            else:
-                drops.add(OTHER_CLASS % box.label, box.where or image.where or image.path)
+        kept = boxes_of(image, objects, drops)
+        for box in kept:
+            objects[box.label] += 1
+            sides.append(math.sqrt(max(box.xmax - box.xmin, 0.0) * max(box.ymax - box.ymin, 0.0)))
         negatives += not kept
     return SplitReport(what, labelled.layout or "", len(labelled.images), negatives, objects,
                        drops, sides)

@@ -54,6 +54,7 @@ import numpy as np
 
 from detector_training.core.evaluation import VOC07
 from detector_training.data.common import SubsetDataset, carve_validation, with_validation
+from detector_training.data.labelled import Drops, boxes_of
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
 
@@ -186,7 +187,17 @@ class LabelledFormat(DataFormat):
         raise NotImplementedError
 
     def labelled(self, channels_dir, split, config):
-        return self.read_labelled(channels_dir, split, config)
+        return self.read_once(channels_dir, split, config)
+
+    def read_once(self, data_root, split, config):
+        """``read_labelled``, each (folder, split, configuration) read once by this format
+        instance: the job's one instance gives the data report the sets its training read, so
+        every annotation file is parsed once per job on a rank."""
+        read = vars(self).setdefault("_read", {})
+        key = (data_root, split, config)
+        if key not in read:
+            read[key] = self.read_labelled(data_root, split, config)
+        return read[key]
 
     def labelled_root(self, data_root, channels_dir):
         return data_root
@@ -217,14 +228,14 @@ class LabelledFormat(DataFormat):
         return exports[folder]
 
     def read(self, config, data_root, instances=False):
-        train_set = self.read_labelled(data_root, "train", config)
+        train_set = self.read_once(data_root, "train", config)
         if train_set is None:
             raise DataError("no training data for dataset=%s under %s (none of the channels %s)."
                             % (self.name, data_root, ", ".join(self.channels)),
                             "give the job a '%s' channel holding the %s."
                             % (self.channels[0], self.title or self.name))
         val_set = (None if config.val_fraction > 0
-                   else self.read_labelled(data_root, VALIDATION_CHANNEL, config))
+                   else self.read_once(data_root, VALIDATION_CHANNEL, config))
         classes = tuple(config.classes) or train_set.class_names()
         if not classes:
             raise DataError("the training data (%s) has no labelled object." % train_set.layout,
@@ -238,17 +249,11 @@ class LabelledFormat(DataFormat):
     def labelled_dataset(self, labelled, classes, skip_empty, what):
         """(a SubsetDataset of the set's images with label rows of ``classes``, aspect ratios)."""
         index = {name: i for i, name in enumerate(classes)}
-        drops = labelled.drops
+        drops = Drops().merge(labelled.drops)  # the set itself is left as read (the report reads it)
         labels = []
         for image in labelled.images:
-            rows = []
-            for box in image.boxes:
-                if box.label in index:
-                    rows.append([box.xmin, box.ymin, box.xmax, box.ymax, index[box.label],
-                                 float(box.difficult)])
-                else:
-                    drops.add("object of a class not trained (%s)" % box.label,
-                              box.where or image.where or image.path)
+            rows = [[box.xmin, box.ymin, box.xmax, box.ymax, index[box.label], float(box.difficult)]
+                    for box in boxes_of(image, index, drops)]
             labels.append(np.asarray(rows, dtype="float32") if rows else negative_label(LABEL_COLUMNS))
         empty = {i for i, rows in enumerate(labels) if rows[0, 4] < 0}
         log_empty(what, len(empty), len(labels), skip_empty)
