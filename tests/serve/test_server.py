@@ -167,7 +167,9 @@ def tiny_test_size(data):  # loads, but the RPN's proposal counts do not fit 2-p
     ({"config.json": network_is("center_net_resnet18_v1b_voc")}, 2, "'center_net_resnet18_v1b_voc', which this image does not serve"),
     ({"model-0000.params": lambda data: data[:100]}, 3, "cannot load the exported network"),
     ({"config.json": tiny_test_size}, 3, "its warm-up forward pass failed (MXNetError"),
-], ids=["missing-file", "bad-json", "other-family", "corrupt-params", "forward-fails"])
+    ({"classes.json": lambda data: b'["circle", "square"]'}, 2,
+     "classes.json lists 2 classes but the network in model-symbol.json predicts 3"),
+], ids=["missing-file", "bad-json", "other-family", "corrupt-params", "forward-fails", "classes-too-few"])
 def test_a_broken_model_is_an_error_in_the_log_and_never_healthy(trained_models, tmp_path, broken, status, words):
     model_dir = copy_model(trained_models["faster_rcnn"], tmp_path / "model", broken)
     server = Served(model_dir, tmp_path / "serve.log")
