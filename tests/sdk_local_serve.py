@@ -5,7 +5,8 @@ Usage: sdk_local_serve.py SPEC.json. SPEC has image, serving_port, image_path (o
 predict), and either fit (data_dir, output_dir, hyperparameters: train first, then
 ``estimator.deploy``) or model_data (a model.tar.gz to deploy as a ``Model``); optionally
 custom_attributes (sent with the prediction, e.g. ``threshold=0``); with transform_dir
-and transform_output also a local batch transform (SingleRecord) of that folder of images.
+and transform_output also a local batch transform (SingleRecord) of that folder of images, its
+container given transform_env (optional, e.g. ``{"DETECTOR_SCORE_THRESHOLD": "0"}``).
 Prints the container logs and, last, one line `RESULT {json}`: the answer to ``predict`` and the
 transform's output folder.
 """
@@ -46,7 +47,8 @@ def main(spec_path):
         predictor.delete_endpoint()
     if "transform_dir" in spec:
         transformer = trained.transformer(instance_count=1, instance_type="local", strategy="SingleRecord",
-                                          output_path="file://" + spec["transform_output"])
+                                          output_path="file://" + spec["transform_output"],
+                                          env=spec.get("transform_env"))
         transformer.transform("file://" + spec["transform_dir"], content_type="application/x-image",
                               split_type=None, wait=True, logs=False)  # logs: CloudWatch only
     print("RESULT " + json.dumps({"prediction": answer}), flush=True)

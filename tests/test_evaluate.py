@@ -111,6 +111,22 @@ def test_classes_that_are_not_the_models_fail_naming_both_lists(trained, tmp_pat
     assert not os.path.exists(os.path.join(base, "model", "evaluation.json"))
 
 
+def test_a_classes_json_that_does_not_fit_the_network_fails_as_a_data_error_naming_the_channel(trained, tmp_path):
+    trained_base, _ = trained
+    base = evaluation_job(tmp_path / "opt_ml", trained_base, {"mode": "evaluate", "num_workers": "0"},
+                          model_as="directory")
+    with open(os.path.join(base, "input", "data", "model", "classes.json"), "w") as handle:
+        json.dump(["circle", "square", "triangle", "hexagon"], handle)  # the network predicts 3
+    result = run_command("train", base)
+    assert result.returncode != 0
+    with open(os.path.join(base, "output", "failure")) as handle:
+        failure = handle.read()
+    assert failure.startswith("DataError: the 'model' channel's model: classes.json lists 4 classes but "
+                              "the network in model-symbol.json predicts 3. Fix: "), failure
+    assert "\n" not in failure.strip() and "Traceback" not in failure, failure
+    assert not os.path.exists(os.path.join(base, "model", "evaluation.json"))
+
+
 def test_without_a_model_channel_the_job_fails_saying_what_to_put_there(trained, tmp_path):
     trained_base, _ = trained
     base = evaluation_job(tmp_path / "opt_ml", trained_base, {"mode": "evaluate"})

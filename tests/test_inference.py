@@ -139,6 +139,29 @@ def copy_model(model_dir, target, **replace):
     return str(target)
 
 
+def with_classes(model_dir, target, classes):
+    """A copy of ``model_dir`` whose classes.json lists ``classes`` instead."""
+    return copy_model(model_dir, target, **{layout.CLASSES_FILE: json.dumps(classes).encode()})
+
+
+@pytest.mark.parametrize("names", [["circle", "square"], ["circle", "square", "triangle", "hexagon", "star"]],
+                         ids=["shorter", "longer"])
+def test_a_classes_json_that_does_not_fit_the_network_is_refused_at_load(model_dir, tmp_path, names):
+    copy = with_classes(model_dir, tmp_path / "copy", names)
+    with pytest.raises(inference.InferenceError) as caught:
+        inference.load_model(copy)
+    assert str(caught.value) == ("invalid model %s: classes.json lists %d classes but the network in "
+                                 "model-symbol.json predicts 3" % (copy, len(names)))
+
+
+def test_a_class_id_past_the_end_of_the_class_list_is_never_dropped_silently(model, image_path):
+    every = detect(model, image_path, 0.0)
+    assert {d["class"] for d in every} - {model.classes[0]}  # the network answers other classes too
+    cut = inference.Model(model.net, model.classes[:1], model.short, model.max_size, model.source, model.ctx)
+    with pytest.raises(AssertionError, match=r"class id [12] past the end of the model's 1 classes"):
+        detect(cut, image_path, 0.0)  # load_model refuses such a model; this is the guard behind it
+
+
 @pytest.mark.parametrize("config, words", [
     (b'{"short": 1e999}', ["config.json", "a number too large for a float"]),
     (b'{"short": [600, NaN]}', ["config.json", "NaN, which JSON does not allow"]),
@@ -282,6 +305,13 @@ def wide_image():
     """The serve tests' picture of shapes (400 x 240), larger than every tiny model's input."""
     img, _objects = make_image(random.Random(5), ["circle", "square", "triangle"])
     return np.asarray(img.resize((img.width * 2, img.height * 2), Image.NEAREST).convert("RGB"))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_familys_export_says_how_many_classes_it_predicts(trained_models, family):
+    directory = trained_models[family]
+    classes = json.load(open(os.path.join(directory, layout.CLASSES_FILE)))
+    assert layout.predicted_classes(os.path.join(directory, layout.SYMBOL_FILE)) == len(classes) == 3
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -322,14 +322,14 @@ def hooks_for(tmp_path, monkeypatch, config, validated):
     loaders = main.make_loaders(config, family, network, datasets, dist.world, 1, mx.cpu())
     checkpoints = CheckpointHook(CheckpointManager(env.checkpoint_dir, 2), {})
     monkeypatch.setattr(main, "validate", lambda *args: validated.append(
-        list(network.net.hybridized)) or {"mAP": 0.5, "AP50": 0.6, "per_class": {}, "images": 3})
+        (list(network.net.hybridized), args)) or {"mAP": 0.5, "AP50": 0.6, "per_class": {}, "images": 3})
     hooks = main.make_hooks(config, env, dist, family, network, datasets, loaders, mx.cpu(), Stop(),
                             checkpoints, {"epochs": 2}, 0.1)
-    return hooks, network, checkpoints
+    return hooks, network, checkpoints, loaders
 
 
 def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
-    hooks, _network, checkpoints = hooks_for(tmp_path, monkeypatch, make_config(), [])
+    hooks, _network, checkpoints, _loaders = hooks_for(tmp_path, monkeypatch, make_config(), [])
     # TensorBoard last: at the end it writes what the final model's hook published (the report)
     assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, StopHook,
                                         ValidationHook, EarlyStoppingHook, CheckpointHook,
@@ -339,16 +339,20 @@ def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
 
 def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkeypatch):
     validated = []
-    hooks, network, _ = hooks_for(tmp_path, monkeypatch, make_config(), validated)
-    result = hooks[4].validate_fn()
-    assert result["mAP"] == 0.5
-    assert validated == [[{"static_alloc": False}]]  # hybridized once, before validate ran
+    hooks, network, _, loaders = hooks_for(tmp_path, monkeypatch, make_config(), validated)
+    hooks[4].validate_fn()
+    (hybridized, args), = validated
+    assert hybridized == [{"static_alloc": False}]  # hybridized once, before validate ran
+    family, net, loader, indices, ctx = args[:5]
+    # the training network on this rank's validation shard, not the training data
+    assert net is network.net and loader is loaders.val and indices is loaders.val_indices
+    assert loader is not loaders.train and ctx == mx.cpu() and family.name == "toy"
     validated.clear()
     network.net.hybridized.clear()
-    hooks, network, _ = hooks_for(tmp_path, monkeypatch, make_config(disable_hybridization="true"),
-                                  validated)
+    hooks, network, _, _ = hooks_for(tmp_path, monkeypatch, make_config(disable_hybridization="true"),
+                                     validated)
     hooks[4].validate_fn()
-    assert validated == [[]]
+    assert [hybridized for hybridized, _args in validated] == [[]]
 
 
 # --- 8. the loop, and the whole job in pieces ----------------------------------------------------
@@ -357,8 +361,9 @@ def test_run_job_trains_validates_checkpoints_and_writes_the_model(tmp_path, mon
     family = ToyFamily()
     monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
     monkeypatch.setattr(main, "data_root", lambda *args: str(tmp_path / "voc"))
-    monkeypatch.setattr(main, "validate", lambda *args: {"mAP": 0.5, "AP50": 0.6,
-                                                         "per_class": {"a": 0.5}, "images": 3})
+    scores = iter([0.5, 0.25])  # epoch 0 is the best
+    monkeypatch.setattr(main, "validate", lambda *args: dict(zip(("mAP", "AP50"), [next(scores)] * 2),
+                                                             per_class={"a": 0.5}, images=3))
     closed = []
     monkeypatch.setattr(main, "close_loader", closed.append)
     config = make_config(epochs="2", lr="0.01", lr_warmup="0")
@@ -366,11 +371,15 @@ def test_run_job_trains_validates_checkpoints_and_writes_the_model(tmp_path, mon
         result = main.run_job(config, make_env(tmp_path), RankDist(), Stop())
     assert len(closed) == 2 and closed[1] == "val-loader"  # both loaders, before returning
     assert os.path.exists(tmp_path / "work" / "job-finished")  # train's exit clock starts
-    assert result["mAP"] == 0.5 and result["epoch"] == 1
+    assert result["mAP"] == 0.25 and result["epoch"] == 1  # the last validation, stamped with its epoch
     assert family.calls[0] == "check_config"
     model = tmp_path / "model"
     assert {"model.params", "model-best.params", "classes.json", "config.json", "history.json",
             "model-symbol.json"} <= set(os.listdir(model))
+    history = json.load(open(model / "history.json"))
+    assert [(r["epoch"], r["mAP"]) for r in history] == [(0, 0.5), (1, 0.25)]  # each epoch its own score
+    best = json.load(open(model / "validation-best.json"))
+    assert (best["epoch"], best["mAP"]) == (0, 0.5)  # the better epoch, not the last one
     effective = json.load(open(model / "config.json"))
     assert effective["short"] == [96, 128] and effective["max_size"] == 160  # the network's sizes
     assert [h["epoch"] for h in json.load(open(model / "history.json"))] == [0, 1]

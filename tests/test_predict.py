@@ -6,6 +6,7 @@ import io
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -192,4 +193,14 @@ def test_missing_or_invalid_model_is_a_one_line_error(model_dir, image_path, tmp
     not_tar.write_bytes(b"\x1f\x8b garbage")
     line = one_line_error(run_cli(not_tar, image_path, "--output", tmp_path / "o.png"))
     assert "not a model" in line
+    assert not (tmp_path / "o.png").exists()
+
+
+def test_a_classes_json_that_does_not_fit_the_network_is_a_one_line_error(model_dir, image_path, tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    (copy / layout.CLASSES_FILE).write_text(json.dumps(["circle", "square"]))
+    line = one_line_error(run_cli(copy, image_path, "--output", tmp_path / "o.png"))
+    assert line == ("detector-predict: error: invalid model %s: classes.json lists 2 classes but the "
+                    "network in model-symbol.json predicts 3" % copy)
     assert not (tmp_path / "o.png").exists()

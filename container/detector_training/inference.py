@@ -275,8 +275,11 @@ def detect_image(model, rgb, threshold=DEFAULT_THRESHOLD, max_detections=None, m
     found = []
     for index, (cid, score, box) in enumerate(zip(ids[:, 0], scores[:, 0], boxes)):
         cid, score = int(cid), float(score)
-        if cid < 0 or score < 0 or score < threshold or cid >= len(model.classes):
+        if cid < 0 or score < 0 or score < threshold:
             continue  # -1: padding of the fixed-size output
+        if cid >= len(model.classes):  # load_model refused a classes.json of another length
+            raise AssertionError("class id %d past the end of the model's %d classes"
+                                 % (cid, len(model.classes)))
         x0, x1 = sorted((_clip(box[0] * scale_x, width - 1), _clip(box[2] * scale_x, width - 1)))
         y0, y1 = sorted((_clip(box[1] * scale_y, height - 1), _clip(box[3] * scale_y, height - 1)))
         found.append((index, {"class": model.classes[cid], "score": score, "box": [x0, y0, x1, y1]}))

@@ -76,6 +76,10 @@ def test_no_collective_goes_through_horovods_broadcast():
 
 def test_horovod_is_detected_from_the_launcher_variables_only():
     assert not launched_by_horovod({})
-    assert launched_by_horovod({"OMPI_COMM_WORLD_SIZE": "2"}) or launched_by_horovod({"HOROVOD_RANK": "0"})
+    # horovodrun (Gloo) sets HOROVOD_RANK, mpirun OMPI_COMM_WORLD_RANK (Open MPI) or PMI_RANK (MPICH):
+    # each alone must be enough.
+    for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        assert launched_by_horovod({var: "0"}), var
+    assert not launched_by_horovod({"PATH": "/usr/bin", "RANK": "0"})  # not a launcher's
     single = SingleProcess()
     assert single.allgather_object({"a": 1}, "x") == [{"a": 1}] and single.allreduce_sum([1, 2]) == [1.0, 2.0]

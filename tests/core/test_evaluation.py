@@ -44,8 +44,29 @@ def test_every_ranks_detections_are_scored_once_in_dataset_order():
     rank0 = [(0, "b0", "i0", "s0", "g0", "c0", "d0"), (2, "b2", "i2", "s2", "g2", "c2", "d2")]
     rank1 = [(1, "b1", "i1", "s1", "g1", "c1", "d1")]
     metric = _Recorder()
-    assert combine(metric, [rank0, rank1])["mAP"] == 0.5
+    combine(metric, [rank0, rank1])
     assert [u[0] for u in metric.updates] == ["b0", "b1", "b2"] and len(metric.updates[0]) == 6
+    assert metric.updates[1] == ("b1", "i1", "s1", "g1", "c1", "d1")  # each image's own rows, whole
+
+
+def detection(index, box, label, score, gt_box, gt_label):
+    """One image's detections and labels as a rank's validation gives them (batch of one)."""
+    return (index, np.array([[box]], dtype=float), np.array([[[label]]], dtype=float),
+            np.array([[[score]]], dtype=float), np.array([[gt_box]], dtype=float),
+            np.array([[[gt_label]]], dtype=float), np.zeros((1, 1, 1)))
+
+
+def test_every_ranks_detections_are_scored_together_by_the_real_metric():
+    from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
+
+    box = [10, 10, 50, 50]
+    rank0 = [detection(0, box, 0, 0.9, box, 0),                    # a: found
+             detection(2, [60, 60, 90, 90], 0, 0.8, box, 0)]       # a: a false box, the object missed
+    rank1 = [detection(1, box, 1, 0.7, box, 1)]                    # b: found
+    result = combine(VOC07MApMetric(iou_thresh=0.5, class_names=["a", "b"]), [rank0, rank1])
+    # a: precision 1 up to recall 0.5, then nothing: 6 of VOC07's 11 recall points; b: 1
+    assert result["per_class"] == pytest.approx({"a": 6 / 11, "b": 1.0})
+    assert result["mAP"] == result["AP50"] == pytest.approx((6 / 11 + 1.0) / 2)
 
 
 def test_a_mask_in_its_box_becomes_rle_of_the_whole_image():

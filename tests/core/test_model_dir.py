@@ -1,5 +1,6 @@
 """The model directory (core/model_dir.py): every file of a finished job, and reading one back."""
 
+import json
 import os
 import tarfile
 
@@ -159,3 +160,48 @@ def test_a_run_that_was_not_stopped_early_has_no_stopped_file(tmp_path):
     directory.write_final(family=_Family(), config=None, net=_Net(), classes=("a",), effective_config={},
                           fitted={}, history=[], validation=None)
     assert not os.path.exists(tmp_path / "model" / "stopped.json")
+
+
+def class_ids_graph(*ranges):
+    """An exported graph (MXNet's symbol JSON) with these class-id ranges, as GluonCV's decoders
+    serialise them: ("decoder", n) is MultiPerClassDecoder's arange(n), ("yolo", n) YOLOOutputV3's
+    arange(0, n); other nodes stand for the rest of a network."""
+    nodes = [{"op": "null", "name": "data", "inputs": []},
+             {"op": "_arange", "name": "fasterrcnn0__arange0", "attrs": {"start": "0", "stop": "1"}, "inputs": []}]
+    for index, (kind, count) in enumerate(ranges):
+        if kind == "decoder":
+            nodes.append({"op": "_arange", "name": "ssd3_multiperclassdecoder0__arange0",
+                          "attrs": {"start": str(count), "step": "1.0", "stop": "None"}, "inputs": []})
+        else:
+            nodes.append({"op": "_arange", "name": "yolov30_yolooutputv3%d__arange0" % index,
+                          "attrs": {"start": "0", "step": "1.0", "stop": str(count)}, "inputs": []})
+    return json.dumps({"nodes": nodes, "heads": [[0, 0, 0]]}).encode()
+
+
+@pytest.mark.parametrize("ranges, count", [
+    ((("decoder", 5),), 5),
+    ((("yolo", 2), ("yolo", 2), ("yolo", 2)), 2),
+    ((), None),  # no class-id operator this reader knows: nothing to check
+])
+def test_the_number_of_classes_a_network_predicts_is_read_from_its_graph(tmp_path, ranges, count):
+    path = tmp_path / model_dir.SYMBOL_FILE
+    path.write_bytes(class_ids_graph(*ranges))
+    assert model_dir.predicted_classes(str(path)) == count
+
+
+@pytest.mark.parametrize("classes, ranges, words", [
+    (b'["a", "b"]', (("decoder", 5),), "classes.json lists 2 classes but the network in model-symbol.json predicts 5."),
+    (b'["a"]', (("yolo", 3),) * 3, "classes.json lists 1 class but the network in model-symbol.json predicts 3."),
+    (b'["a", "b"]', (("yolo", 2), ("yolo", 3)), "the network in model-symbol.json decodes 2 and 3 classes"),
+])
+def test_a_class_list_of_another_length_than_the_network_is_a_model_error(tmp_path, classes, ranges, words):
+    directory = write_export(tmp_path / "m", classes)
+    with open(os.path.join(directory, model_dir.SYMBOL_FILE), "wb") as handle:
+        handle.write(class_ids_graph(*ranges))
+    with pytest.raises(ModelError) as err:
+        model_dir.read_export(directory)
+    assert words in str(err.value) and "Fix: " in str(err.value)
+    with pytest.raises(ModelError):  # what fine-tuning reads: the same check
+        model_dir.read_model_classes(directory)
+    os.remove(os.path.join(directory, model_dir.SYMBOL_FILE))  # params and classes.json only: not known
+    assert model_dir.read_model_classes(directory) == json.loads(classes)

@@ -110,6 +110,24 @@ def test_unusable_model_channels_are_data_errors(tmp_path, content, words):
 
 
 @pytest.mark.parametrize("form", ["tarball", "directory"])
+def test_a_classes_json_that_does_not_fit_the_network_is_refused_before_training(trained_models, tmp_path,
+                                                                                  form):
+    model = tmp_path / "earlier"
+    shutil.copytree(trained_models["faster_rcnn"], model)  # a real job's model: 3 classes
+    (model / "classes.json").write_text(json.dumps(["circle", "square"]))
+    channel = tmp_path / "model"
+    if form == "tarball":
+        channel.mkdir()
+        pack(str(model), str(channel / "model.tar.gz"))
+    else:
+        shutil.copytree(model, channel)
+    with pytest.raises(DataError) as err:
+        start_from_channel(tiny_net(("circle", "square")), str(channel), mx.cpu())
+    assert str(err.value).startswith("DataError: the 'model' channel's classes.json lists 2 classes but the "
+                                     "network in model-symbol.json predicts 3. Fix: ")
+
+
+@pytest.mark.parametrize("form", ["tarball", "directory"])
 def test_a_jobs_model_starts_another_job_with_a_new_class_list(tmp_path, form):
     first = make_job(tmp_path / "first", {"epochs": "1", "batch_size": "2"}, n_train=4, n_test=1)
     result = run_rank_job(first)

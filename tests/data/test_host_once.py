@@ -50,19 +50,25 @@ def test_a_waiting_rank_waits_until_the_tree_is_ready(tmp_path):
 
 def test_the_host_lock_is_exclusive(tmp_path):
     path = str(tmp_path / "lock")
-    order = []
+    trying, inside = threading.Event(), threading.Event()
+    first_holds = []  # whether the first holder still held the lock when the second got in
 
     def second():
+        trying.set()
         with host_once.HostLock(path):
-            order.append("second")
+            first_holds.append(holding.is_set())
+            inside.set()
 
+    holding = threading.Event()
     with host_once.HostLock(path):
+        holding.set()
         thread = threading.Thread(target=second)
         thread.start()
-        time.sleep(0.2)
-        order.append("first")
+        assert trying.wait(5)  # the second is at the lock while the first holds it, however late it started
+        assert not inside.wait(1.0), "a second holder got in while the first held the lock"
+        holding.clear()
     thread.join(5)
-    assert order == ["first", "second"]
+    assert inside.is_set() and first_holds == [False]  # it got in once the first let go
 
 
 def test_a_marker_that_is_not_a_file_is_no_marker_and_never_blocks(tmp_path):

@@ -43,9 +43,9 @@ class Served:
     def log(self):
         return open(self.log_path).read()
 
-    def ping(self):
+    def ping(self, timeout=2):
         try:
-            return requests.get(self.url + "/ping", timeout=2).status_code
+            return requests.get(self.url + "/ping", timeout=timeout).status_code
         except requests.RequestException:
             return None
 

@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import signal
+import threading
 import time
 
 import psutil
@@ -128,12 +129,18 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_well_within_30_s(train
         server.proc.send_signal(signal.SIGTERM)
         assert wait_for(lambda: "Handling signal: term" in server.log, 60)
         time.sleep(0.5)
-        # Nothing new is answered: the master closed its socket, the busy worker accepts no more.
-        assert server.ping() is None
+        # A request sent after the SIGTERM is never answered, not even once the busy worker is free
+        # again (a server that went on serving would answer it then): refused, or dropped unanswered.
+        late = []
+        pinging = threading.Thread(target=lambda: late.append(server.ping(timeout=60)))
+        pinging.start()
+        time.sleep(0.5)
         in_flight.send(jpeg[100:])
         answer = in_flight.getresponse()
         assert answer.status == 200
         assert json.loads(answer.read())["prediction"]
+        pinging.join(60)
+        assert late == [None], late  # no HTTP answer at all (None: the connection failed)
         assert server.proc.wait(timeout=60) == 0
         assert time.time() - sent < 30  # SageMaker's stop: SIGKILL 30 s after the SIGTERM
     finally:
@@ -167,7 +174,9 @@ def tiny_test_size(data):  # loads, but the RPN's proposal counts do not fit 2-p
     ({"config.json": network_is("center_net_resnet18_v1b_voc")}, 2, "'center_net_resnet18_v1b_voc', which this image does not serve"),
     ({"model-0000.params": lambda data: data[:100]}, 3, "cannot load the exported network"),
     ({"config.json": tiny_test_size}, 3, "its warm-up forward pass failed (MXNetError"),
-], ids=["missing-file", "bad-json", "other-family", "corrupt-params", "forward-fails"])
+    ({"classes.json": lambda data: b'["circle", "square"]'}, 2,
+     "classes.json lists 2 classes but the network in model-symbol.json predicts 3"),
+], ids=["missing-file", "bad-json", "other-family", "corrupt-params", "forward-fails", "classes-too-few"])
 def test_a_broken_model_is_an_error_in_the_log_and_never_healthy(trained_models, tmp_path, broken, status, words):
     model_dir = copy_model(trained_models["faster_rcnn"], tmp_path / "model", broken)
     server = Served(model_dir, tmp_path / "serve.log")

@@ -10,16 +10,21 @@ Written by the main rank, each file atomically:
   deployable ``model-symbol.json`` + ``model-0000.params`` (the family's export), and the report
   (``training_curves.png``, ``per_class_ap.md``/``.csv``).
 
-Read by inference (``read_export``: the export, its classes and configuration) and by fine-tuning
-(``START_PARAMS`` and ``read_classes``), from a directory or from a ``model.tar.gz`` extracted
-under ``MODEL_LIMITS`` (``extract_model``). A model may come from a user, so what is read is
-capped and shape-checked, and every problem is a :class:`~detector_training.errors.ModelError`.
+Read by inference and evaluation (``read_export``: the export, its classes and configuration) and
+by fine-tuning (``START_PARAMS`` and ``read_model_classes``), from a directory or from a
+``model.tar.gz`` extracted under ``MODEL_LIMITS`` (``extract_model``). A model may come from a
+user, so what is read is capped and shape-checked, and every problem is a
+:class:`~detector_training.errors.ModelError`. ``read_model_classes`` is the one place that reads
+``classes.json`` for a model: it refuses a list whose length is not the number of classes the
+exported network beside it predicts (``predicted_classes``), so that no consumer answers class
+ids past the end of the list (or never answers the list's last names).
 """
 
 import json
 import logging
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 
 from detector_training.core import archive
@@ -132,7 +137,63 @@ def read_export(directory):
     config = _read_json(os.path.join(directory, CONFIG_FILE))
     if not isinstance(config, dict):
         raise ModelError("%s is not an object." % CONFIG_FILE, FIX)
-    return ExportedModel(directory, read_classes(os.path.join(directory, CLASSES_FILE)), config)
+    return ExportedModel(directory, read_model_classes(directory), config)
+
+
+# GluonCV's detectors make their class ids with one ``arange`` over the classes they predict, in
+# the block that decodes them: MultiPerClassDecoder (Faster R-CNN, Mask R-CNN, SSD:
+# ``arange(num_class)``, serialised as start=N, stop=None) and each YOLOOutputV3 (YOLOv3:
+# ``arange(0, N)``). The exported graph names each operator after its block, so these are found
+# by name whatever prefix the network had; a count the graph does not hold is not guessed.
+_CLASS_ID_RANGE = re.compile(r"(?:^|_)(?:multiperclassdecoder|yolooutputv3)\d*__arange\d*$")
+CLASSES_FIX = ("use the classes.json that the training job wrote with this network (one name per "
+               "class the network predicts, in the order of its outputs), or retrain the model "
+               "with the class list you want.")
+
+
+def predicted_classes(symbol_file):
+    """How many classes the exported network in ``symbol_file`` predicts (read from its graph, see
+    _CLASS_ID_RANGE), or None when its graph has no class-id operator this reader knows (then
+    nothing is checked). ModelError for a file that is not JSON, or a graph whose decoders
+    disagree."""
+    graph = read_json(symbol_file, FILE_CAPS[SYMBOL_FILE], error=ModelError, fix=FIX)
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    counts = set()
+    for node in nodes if isinstance(nodes, list) else ():  # not a graph: MXNet's loader says so
+        if not isinstance(node, dict) or node.get("op") != "_arange" \
+                or not _CLASS_ID_RANGE.search(str(node.get("name", ""))):
+            continue
+        attrs = node.get("attrs") if isinstance(node.get("attrs"), dict) else {}
+        try:
+            start, stop = float(attrs.get("start", 0)), attrs.get("stop", "None")
+            count = start if stop in (None, "None") else float(stop) - start
+        except (TypeError, ValueError, OverflowError):
+            raise ModelError("%s: operator %s has an unreadable range (%s)." % (
+                SYMBOL_FILE, node.get("name"), json_preview(attrs)), FIX) from None
+        counts.add(int(count))
+    if len(counts) > 1:
+        raise ModelError("the network in %s decodes %s classes in different places." % (
+            SYMBOL_FILE, " and ".join(str(c) for c in sorted(counts))), FIX)
+    return counts.pop() if counts else None
+
+
+def check_class_count(classes, predicted, network=SYMBOL_FILE):
+    """ModelError unless ``classes`` has the ``predicted`` number of names (None: not known)."""
+    if predicted is not None and len(classes) != predicted:
+        raise ModelError("%s lists %d class%s but the network in %s predicts %d." % (
+            CLASSES_FILE, len(classes), "" if len(classes) == 1 else "es", network, predicted),
+            CLASSES_FIX)
+
+
+def read_model_classes(directory):
+    """The class names in ``directory``'s classes.json (``read_classes``), checked against the
+    exported network beside it when there is one (``predicted_classes``): what every reader of a
+    model (serve, detector-predict, evaluation, fine-tuning) takes its class list from."""
+    classes = read_classes(os.path.join(directory, CLASSES_FILE))
+    symbol = os.path.join(directory, SYMBOL_FILE)
+    if os.path.isfile(symbol):
+        check_class_count(classes, predicted_classes(symbol))
+    return classes
 
 
 def read_classes(path):

@@ -2,7 +2,8 @@
 
 The channel holds that job's ``model.tar.gz`` (as SageMaker packs /opt/ml/model) or its files
 (``model-best.params`` or ``model.params``, with ``classes.json``; core/model_dir.py names and caps
-them). A tarball is extracted under the model directory's limits, only the files needed here. With the
+them). A tarball is extracted under the model directory's limits, only the files needed here (and
+``model-symbol.json``, against which core/model_dir.py checks the length of ``classes.json``). With the
 same class list every parameter is loaded. With a different one the backbone, RPN and box head (and
 a Mask R-CNN's mask head up to its last layer) are reused and the class head is re-initialised for
 the new classes (GluonCV's ``reset_class``; rows of
@@ -17,8 +18,8 @@ import shutil
 import tempfile
 
 from detector_training.core import archive
-from detector_training.core.model_dir import (CLASSES_FILE, START_PARAMS, extract_model, read_classes,
-                                              shallowest_with)
+from detector_training.core.model_dir import (CLASSES_FILE, START_PARAMS, SYMBOL_FILE, extract_model,
+                                              read_model_classes, shallowest_with)
 from detector_training.errors import DataError, ModelError, one_line
 
 LOG = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ def start_model_files(channel, scratch):
 
 def _model_files_in(root, walk=False):
     """The preferred params file at the top of ``root`` (with ``walk``: in its shallowest directory
-    that has one, as a tarball may hold a folder), and the classes.json beside it (None without)."""
+    that has one, as a tarball may hold a folder), and the classes.json beside it (None without),
+    refused when the exported network beside it predicts another number of classes."""
     if walk:
         found = shallowest_with(root, START_PARAMS)
     else:
@@ -75,16 +77,15 @@ def _model_files_in(root, walk=False):
     classes = None
     if os.path.isfile(classes_path):
         try:
-            classes = read_classes(classes_path)
+            classes = read_model_classes(directory)
         except ModelError as exc:
-            raise DataError("the 'model' channel's %s" % exc.cause,
-                            "use the classes.json the earlier job wrote.") from None
+            raise DataError("the 'model' channel's %s" % exc.cause, exc.fix) from None
     return os.path.join(directory, name), classes
 
 
 def _extract(path, scratch):
     try:
-        return extract_model(path, scratch, START_PARAMS + (CLASSES_FILE,))
+        return extract_model(path, scratch, START_PARAMS + (CLASSES_FILE, SYMBOL_FILE))
     except archive.ArchiveError as exc:
         raise DataError("cannot use %s from the 'model' channel: %s." % (os.path.basename(path), exc.reason),
                         exc.fix if isinstance(exc, archive.NoRoom) else
