@@ -57,6 +57,9 @@ def _scalar(value):
 
 
 class Hook:
+    """What runs around the steps (core/hooks.py): any of the six points, each given the engine.
+    ``main_only``: on the main rank only (a hook that writes files)."""
+
     main_only = False
 
     def before_train(self, engine):

@@ -343,6 +343,8 @@ class FasterRCNNStep(TrainingStep):
         return self.box_losses(outputs, rpn_targets, rcnn_targets), (outputs, rpn_targets, rcnn_targets)
 
     def values(self, losses, outputs):
+        """The logged losses and the box metrics; ``outputs``: (the heads' outputs, the RPN's
+        targets, the R-CNN head's targets), as ``forward`` returned them."""
         return dict(super().values(losses, outputs), **self.box_metrics(*outputs))
 
     def box_losses(self, outputs, rpn_targets, rcnn_targets):
