@@ -27,10 +27,13 @@ from detector_training import families
 from detector_training.core.checkpoint import Position
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import SingleProcess
-from detector_training.core.engine import (Engine, EpochSetupHook, LearningRateHook, MetricLogHook,
-                                           MetricSums)
+from detector_training.core.engine import Engine, MetricSums
+from detector_training.core.hooks import EpochSetupHook, LearningRateHook, MetricLogHook
+from detector_training.core.run_context import RunContext
 from detector_training.core.solver import lr_at, make_trainer
 from detector_training.data.formats import build_datasets
+from detector_training.data.loaders import TrainData
+from detector_training.main import Loaders, Network
 from detector_training.data.samplers import steps_per_epoch
 from detector_training.data.synthetic_voc import generate
 
@@ -76,10 +79,14 @@ def engine_loop(config, dist, net, loader, sampler, mixup, trainer, per_rank, st
     step = family.make_step(net, config, mx.cpu())
     hooks = [LearningRateHook(lambda e, g: lr_at(config, config.effective_lr(1), e, g)),
              EpochSetupHook(sampler, mixup, lambda: None), MetricLogHook()]
-    engine = Engine(config=config, world=dist.world, dist=dist, net=net, trainer=trainer,
-                    step=step, loader=loader, steps=steps, per_rank_batch=per_rank,
-                    loss_names=family.loss_names, metric_names=family.metric_names,
-                    position=Position(epoch=epoch), hooks=hooks)
+    # What the engine reads of a run: the configuration, world, network, training loader, steps,
+    # batch and the family's names (no data set, validation, checkpoints or model directory here).
+    run = RunContext(config=config, env=None, dist=dist, stop=None, family=family, ctx=mx.cpu(),
+                     datasets=None, network=Network(net, None, (), None, None),
+                     loaders=Loaders(TrainData(loader, sampler, mixup, None), None, None, steps),
+                     per_rank_batch=per_rank, base_lr=config.effective_lr(1), effective={},
+                     checkpoints=None)
+    engine = Engine(run, trainer=trainer, step=step, position=Position(epoch=epoch), hooks=hooks)
     engine.config = dataclasses.replace(config, epochs=epoch + 1)  # this epoch is the last
     start = time.perf_counter()
     engine.run()

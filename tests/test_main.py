@@ -20,8 +20,9 @@ from mxnet import autograd
 from detector_training import main
 from detector_training.core.checkpoint import CheckpointManager
 from detector_training.core.distributed import SingleProcess, World
-from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, EpochSetupHook, FinalModelHook,
-                                           LearningRateHook, MetricLogHook, StopHook, ValidationHook)
+from detector_training.core.hooks import (CheckpointHook, EarlyStoppingHook, EpochSetupHook, FinalModelHook,
+                                          LearningRateHook, MetricLogHook, StopHook, ValidationHook)
+from detector_training.core.run_context import RunContext
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.data.formats.custom import CustomVOC
 from detector_training.job.config import from_hyperparameters
@@ -320,21 +321,25 @@ def hooks_for(tmp_path, monkeypatch, config, validated):
     datasets = family.read_datasets(None, None)
     network = main.build_network(config, env, family, datasets, 1, mx.cpu())
     loaders = main.make_loaders(config, family, network, datasets, dist.world, 1, mx.cpu())
-    checkpoints = CheckpointHook(CheckpointManager(env.checkpoint_dir, 2), {})
+    run = RunContext(config=config, env=env, dist=dist, stop=Stop(), family=family, ctx=mx.cpu(),
+                     datasets=datasets, network=network, loaders=loaders, per_rank_batch=1,
+                     base_lr=0.1, effective={"epochs": 2},
+                     checkpoints=CheckpointManager(env.checkpoint_dir, 2))
     monkeypatch.setattr(main, "validate", lambda *args: validated.append(
         (list(network.net.hybridized), args)) or {"mAP": 0.5, "AP50": 0.6, "per_class": {}, "images": 3})
-    hooks = main.make_hooks(config, env, dist, family, network, datasets, loaders, mx.cpu(), Stop(),
-                            checkpoints, {"epochs": 2}, 0.1)
-    return hooks, network, checkpoints, loaders
+    return main.make_hooks(run), network, run, loaders
 
 
 def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
-    hooks, _network, checkpoints, _loaders = hooks_for(tmp_path, monkeypatch, make_config(), [])
+    hooks, _network, run, _loaders = hooks_for(tmp_path, monkeypatch, make_config(), [])
     # TensorBoard last: at the end it writes what the final model's hook published (the report)
     assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, StopHook,
                                         ValidationHook, EarlyStoppingHook, CheckpointHook,
                                         FinalModelHook, TensorBoardHook]
-    assert hooks[6] is checkpoints and hooks[3].checkpoint_hook is checkpoints
+    # one checkpoint hook, on the run's checkpoint directory: the epoch's and the stop request's
+    checkpoints = hooks[6]
+    assert checkpoints.manager is run.checkpoints and hooks[3].checkpoint_hook is checkpoints
+    assert checkpoints.config_dict is run.effective
 
 
 def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkeypatch):

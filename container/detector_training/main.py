@@ -1,6 +1,8 @@
 """The job of one rank: ``job_main`` reads the job and runs ``run_job``, whose pieces read top to
 bottom: where the rank runs and its seeds, the data, the network, the loaders, where training
-starts (checkpoint or model channel), the optimizer, the hooks, the loop.
+starts (checkpoint or model channel), the optimizer, the hooks, the loop. Once the loaders are
+built, what the run has is one value (core/run_context.py RunContext) that the hooks and the loop
+take.
 
 What differs between detector families is behind ``family`` (families/base.py). The commands
 (commands.py) run it in-process for one rank; mpirun runs it on every rank through rank.py.
@@ -23,12 +25,14 @@ from detector_training import families, inference
 from detector_training.data import formats
 from detector_training.core.checkpoint import CheckpointManager, load_latest, resume_trainer
 from detector_training.core.distributed import init_distributed
-from detector_training.core.engine import (CheckpointHook, EarlyStoppingHook, Engine, EpochSetupHook,
-                                           FinalModelHook, LearningRateHook, MetricLogHook, StopHook,
-                                           ValidationHook)
+from detector_training.core.engine import Engine
+from detector_training.core.hooks import (CheckpointHook, EarlyStoppingHook, EpochSetupHook,
+                                          FinalModelHook, LearningRateHook, MetricLogHook, StopHook,
+                                          ValidationHook)
 from detector_training.core.evaluation import validate
 from detector_training.core.model_dir import (BEST_PARAMS, CLASSES_FILE, CONFIG_FILE, EXPORT_PREFIX,
                                               ModelDirectory)
+from detector_training.core.run_context import RunContext
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.evaluate import run_evaluation
 from detector_training.core.solver import init_amp, lr_at, make_trainer
@@ -103,25 +107,22 @@ def run_job(config, env, dist, stop):
                      max_size=network.max_size)
     loaders = make_loaders(config, family, network, datasets, world, per_rank_batch, ctx)
     try:
-        manager = CheckpointManager(env.checkpoint_dir, config.keep_checkpoints)
-        resume = starting_point(manager, env, dist, network.net, ctx)
+        run = RunContext(config=config, env=env, dist=dist, stop=stop, family=family, ctx=ctx,
+                         datasets=datasets, network=network, loaders=loaders,
+                         per_rank_batch=per_rank_batch, base_lr=config.effective_lr(world.size),
+                         effective=effective,
+                         checkpoints=CheckpointManager(env.checkpoint_dir, config.keep_checkpoints))
+        resume = starting_point(run.checkpoints, env, dist, network.net, ctx)
         hybridize(network.net, config)
-        base_lr = config.effective_lr(world.size)
-        trainer = make_trainer(config, network.net, dist, base_lr)
+        trainer = make_trainer(config, network.net, dist, run.base_lr)
         if resume:
             resume_trainer(resume, trainer)
 
-        checkpoints = CheckpointHook(manager, effective)
-        hooks = make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop,
-                           checkpoints, effective, base_lr)
-        engine = Engine(config=config, world=world, dist=dist, net=network.net, trainer=trainer,
+        engine = Engine(run, trainer=trainer,
                         step=family.make_step(network.net, config, ctx,
                                               trainer if config.amp else None),
-                        loader=loaders.train.loader, steps=loaders.steps,
-                        per_rank_batch=per_rank_batch, loss_names=family.loss_names,
-                        metric_names=family.metric_names,
-                        position=resume.position if resume else None, hooks=hooks)
-        result = train(engine, config, world, base_lr)
+                        position=resume.position if resume else None, hooks=make_hooks(run))
+        result = train(engine, run.base_lr)
     finally:
         loaders.close()  # now: left to their destructors or to interpreter exit, they can hang
     if engine.completed and world.is_main:
@@ -283,61 +284,63 @@ def hybridize(net, config):
 
 # --- 7. the hooks, in the order they run at each point ------------------------------------------
 
-def make_hooks(config, env, dist, family, network, datasets, loaders, ctx, stop, checkpoints,
-               effective, base_lr):
-    net, world = network.net, dist.world
-    model_dir = ModelDirectory(env.paths.model_dir)
+def make_hooks(run):
+    """The hooks of ``run`` (core/run_context.py), in the order they run at each point."""
+    config, net, world = run.config, run.net, run.world
+    model_dir = ModelDirectory(run.env.paths.model_dir)
     scratch = tempfile.mkdtemp(prefix="detector-val-rank%d-" % world.rank)
 
     def learning_rate(epoch, global_step):
-        return lr_at(config, base_lr, epoch, global_step, loaders.steps)
+        return lr_at(config, run.base_lr, epoch, global_step, run.loaders.steps)
 
     def validate_now():
         hybridize(net, config)  # for inference inputs; EpochSetupHook does it again for training
-        return validate(family, net, loaders.val, loaders.val_indices, ctx, dist, config, datasets,
-                        scratch)
+        return validate(run.family, net, run.loaders.val, run.loaders.val_indices, run.ctx,
+                        run.dist, config, run.datasets, scratch)
 
     def write_final(engine):
         validation = engine.last_validation
         if engine.early_stop is not None:  # the model is the best one, not the last
-            validation = model_dir.load_best(engine.net, ctx) or validation
-        model_dir.write_final(family=family, config=config, net=engine.net,
-                              classes=datasets.classes, effective_config=effective,
+            validation = model_dir.load_best(engine.net, run.ctx) or validation
+        model_dir.write_final(family=run.family, config=config, net=engine.net,
+                              classes=run.datasets.classes, effective_config=run.effective,
                               history=engine.history, validation=validation,
-                              fitted=network.fitted, stopped=engine.early_stop)
-        evaluation_report(engine, config, family, network, datasets, model_dir.path, ctx)
+                              fitted=run.network.fitted, stopped=engine.early_stop)
+        evaluation_report(engine, run, model_dir.path)
 
-    train_data = loaders.train
+    family, train_data = run.family, run.loaders.train
+    checkpoints = CheckpointHook(run.checkpoints, run.effective)
     return [
         LearningRateHook(learning_rate),
         EpochSetupHook(train_data.sampler, train_data.mixup, lambda: hybridize(net, config),
                        family.mixup_draw, family.mixup_loss_weight),
         MetricLogHook(),
-        StopHook(stop.requested, checkpoints),
+        StopHook(run.stop.requested, checkpoints),
         ValidationHook(validate_now,
                        lambda engine: model_dir.save_best(engine.net, engine.last_validation),
                        scores=family.score_names, objective=family.objective),
         EarlyStoppingHook(family.objective),
         checkpoints,
         FinalModelHook(write_final),
-        TensorBoardHook(env.paths.tensorboard_dir, effective),  # last: it writes what they published
+        TensorBoardHook(run.env.paths.tensorboard_dir, run.effective),  # last: it writes what they published
     ]
 
 
-def evaluation_report(engine, config, family, network, datasets, model_path, ctx):
+def evaluation_report(engine, run, model_path):
     """The best model (its export, run by inference.py as serve runs it) on the validation
     images: core/eval_report.py's pictures and tables into the model directory, published for
     TensorBoard. A convenience like the report: it never fails a trained job."""
+    config, family, datasets = run.config, run.family, run.datasets
     best = os.path.join(model_path, BEST_PARAMS)
     if datasets.val is None or not os.path.isfile(best):
         LOG.info("evaluation: no report (no validated model)")
         return
     scratch = tempfile.mkdtemp(prefix="detector-eval-")
     try:
-        family.export(config, datasets.classes, best, os.path.join(scratch, EXPORT_PREFIX), network.fitted)
+        family.export(config, datasets.classes, best, os.path.join(scratch, EXPORT_PREFIX), run.network.fitted)
         for name in (CLASSES_FILE, CONFIG_FILE):
             shutil.copy(os.path.join(model_path, name), scratch)
-        model = inference.load_model(scratch, ctx)
+        model = inference.load_model(scratch, run.ctx)
         evaluation, pictures, text = inference.evaluate(
             model, inference.dataset_samples(datasets.val), model_path,
             datasets.metric.report_ious)
@@ -354,8 +357,9 @@ def evaluation_report(engine, config, family, network, datasets, model_path, ctx
 
 # --- 8. the loop ---------------------------------------------------------------------------------
 
-def train(engine, config, world, base_lr):
+def train(engine, base_lr):
     """Run the loop; its last validation result."""
+    config, world = engine.config, engine.world
     if world.is_main:
         LOG.info("training: epochs %d..%d, %d steps per epoch, %d image(s) per rank, base lr %.6g",
                  engine.start_epoch, config.epochs - 1, engine.steps, engine.per_rank_batch,

@@ -11,8 +11,9 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from detector_training.core.checkpoint import CheckpointManager, Position, load_latest
-from detector_training.core.engine import (CheckpointHook, EpochSetupHook, Hook, MetricLogHook,
-                                           StopHook, ValidationHook)
+from detector_training.core.engine import Hook
+from detector_training.core.hooks import (CheckpointHook, EpochSetupHook, MetricLogHook, StopHook,
+                                          ValidationHook)
 from detector_training.core.tensorboard_events import TensorBoardHook
 from test_engine import STEPS, Batches, make_engine, tiny_net
 

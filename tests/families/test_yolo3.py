@@ -18,7 +18,8 @@ from conftest import BIN, make_job, run_horovod_job
 from detector_training import families
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import World
-from detector_training.core.engine import EpochSetupHook, MetricSums
+from detector_training.core.engine import MetricSums
+from detector_training.core.hooks import EpochSetupHook
 from detector_training.data.common import Datasets
 from detector_training.data.formats import build_datasets
 from detector_training.data.samplers import steps_per_epoch

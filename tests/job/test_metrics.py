@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 from detector_training import families
-from detector_training.core.engine import MetricLogHook, MetricSums, StepTimes, ValidationHook
+from detector_training.core.engine import MetricSums, StepTimes
+from detector_training.core.hooks import MetricLogHook, ValidationHook
 from detector_training.job.metrics import METRIC_DEFINITIONS, definitions_for
 
 

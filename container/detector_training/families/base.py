@@ -29,9 +29,15 @@ How it trains, as methods:
   small images), returned as a JSON-able dict that ``export`` gets back;
 * ``train_loader`` / ``val_loader``: transforms and batchify around the shared sampler;
 * ``materialize``: one forward pass that gives every deferred parameter its shape;
-* ``make_step``: a callable ``step(batch)`` that runs forward and backward of one batch and
-  returns ``{name: value}``: each of ``loss_names`` as the batch's mean loss (weighted under
-  mixup), each of ``metric_names`` as a ``(total, count)`` pair; the engine sums them by name;
+* ``make_step``: the family's step, a :class:`~detector_training.core.step.TrainingStep`
+  (core/step.py) on the network, given the AMP trainer when the job trains with AMP. The family
+  writes only its ``forward(batch)``: the forward pass and its losses by ``loss_names``; the base
+  runs it under ``autograd.record()``, does the backward (AMP's scaled loss when it has an AMP
+  trainer) and returns ``{name: value}``: each of ``loss_names`` as the batch's mean loss
+  (weighted under mixup), each of ``metric_names`` as a ``(total, count)`` pair (the step's
+  ``values``); the engine sums them by name. A hook touches the step only through what the base
+  declares: ``mix_ratio``, the weight of the losses while mixup is on (the epoch set-up hook
+  writes ``mixup_loss_weight`` or 1.0 before each epoch);
 * ``detect`` / ``evaluate``: a rank's detections on its validation shard (small, picklable), and
   the score of every rank's detections together (run on every rank, same number everywhere):
   the scores named in ``score_names`` (logged and kept per epoch), ``objective`` the one the best

@@ -12,6 +12,7 @@ import logging
 from detector_training.core.evaluation import detect_boxes, score_boxes
 from detector_training.core.proposal_recall import recall, recalled_per_image
 from detector_training.core.networks import build_zoo_network
+from detector_training.core.step import TrainingStep
 from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
 from detector_training.errors import ConfigError
@@ -312,17 +313,15 @@ def _smallest_working_size(count, aspect_ratios, short, max_size, needed):
     return "larger short and max_size"
 
 
-class FasterRCNNStep:
-    """Forward, the four losses, backward (GluonCV's ForwardBackwardTask); the optimizer update is
-    the engine's. ``mix_ratio`` weights the losses under mixup. Mask R-CNN's step extends it."""
+class FasterRCNNStep(TrainingStep):
+    """The four losses of GluonCV's ForwardBackwardTask, and its four metrics; forward and backward
+    are the TrainingStep's. ``mix_ratio`` weights the losses under mixup. Mask R-CNN's step
+    extends it."""
 
-    def __init__(self, net, config, ctx, mix_ratio=1.0, amp_trainer=None):
+    def __init__(self, net, config, ctx, amp_trainer=None):
         import mxnet as mx
 
-        self.net = net
-        self.ctx = ctx
-        self.mix_ratio = mix_ratio
-        self.amp_trainer = amp_trainer
+        super().__init__(net, ctx, amp_trainer)
         self.rpn_cls_loss = mx.gluon.loss.SigmoidBinaryCrossEntropyLoss(from_sigmoid=False)
         self.rpn_box_loss = mx.gluon.loss.HuberLoss(rho=config.rpn_smoothl1_rho)
         self.rcnn_cls_loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
@@ -333,20 +332,20 @@ class FasterRCNNStep:
         return [(part[0] if isinstance(part, (list, tuple)) else part).as_in_context(self.ctx)
                 for part in batch]
 
-    def __call__(self, batch):
-        """Forward and backward on one batch; its losses and metrics by name."""
-        from mxnet import autograd
-
+    def forward(self, batch):
+        """The four losses by name, and what the metrics are computed from."""
         data, label, *rpn_targets = self.load(batch)
-        with autograd.record():
-            (cls_pred, box_pred, _roi, _samples, _matches, rpn_score, rpn_box, _anchors,
-             cls_targets, box_targets, box_masks, _indices) = self.net(data, label[:, :, :4],
-                                                                       label[:, :, 4:5])
-            outputs = (rpn_score.squeeze(axis=-1), rpn_box, cls_pred, box_pred)
-            rcnn_targets = (cls_targets, box_targets, box_masks)
-            losses = self.box_losses(outputs, rpn_targets, rcnn_targets)
-            self.backward(losses)
-        return dict(self.logged(losses), **self.box_metrics(outputs, rpn_targets, rcnn_targets))
+        (cls_pred, box_pred, _roi, _samples, _matches, rpn_score, rpn_box, _anchors,
+         cls_targets, box_targets, box_masks, _indices) = self.net(data, label[:, :, :4],
+                                                                   label[:, :, 4:5])
+        outputs = (rpn_score.squeeze(axis=-1), rpn_box, cls_pred, box_pred)
+        rcnn_targets = (cls_targets, box_targets, box_masks)
+        return self.box_losses(outputs, rpn_targets, rcnn_targets), (outputs, rpn_targets, rcnn_targets)
+
+    def values(self, losses, outputs):
+        """The logged losses and the box metrics; ``outputs``: (the heads' outputs, the RPN's
+        targets, the R-CNN head's targets), as ``forward`` returned them."""
+        return dict(super().values(losses, outputs), **self.box_metrics(*outputs))
 
     def box_losses(self, outputs, rpn_targets, rcnn_targets):
         """The RPN's and the R-CNN head's losses by name, each normalised by its positive
@@ -365,23 +364,6 @@ class FasterRCNNStep:
         rcnn_loss2 = self.rcnn_box_loss(box_pred, box_targets, box_masks) \
             * box_pred.size / num_rcnn_pos
         return dict(zip(LOSS_NAMES, (rpn_loss1, rpn_loss2, rcnn_loss1, rcnn_loss2)))
-
-    def backward(self, losses):
-        """Backward of the sum of ``losses`` ({name: loss}), weighted by ``mix_ratio``."""
-        from mxnet import autograd
-
-        total = sum(loss.sum() for loss in losses.values()) * self.mix_ratio
-        if self.amp_trainer is not None:
-            from mxnet.contrib import amp
-
-            with amp.scale_loss(total, self.amp_trainer) as scaled:
-                autograd.backward(scaled)
-        else:
-            autograd.backward(total)
-
-    def logged(self, losses):
-        """Each loss as logged: the batch's mean, weighted as in the backward pass."""
-        return {name: loss.mean() * self.mix_ratio for name, loss in losses.items()}
 
     @staticmethod
     def box_metrics(outputs, rpn_targets, rcnn_targets):

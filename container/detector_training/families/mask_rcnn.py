@@ -132,47 +132,50 @@ class MaskRCNNStep(FasterRCNNStep):
     """The Faster R-CNN step plus the mask head's loss (sigmoid cross-entropy on the positive
     RoIs' masks of their class, as GluonCV's train_mask_rcnn.py) and its two accuracies."""
 
-    def __init__(self, net, config, ctx, mix_ratio=1.0, amp_trainer=None):
+    def __init__(self, net, config, ctx, amp_trainer=None):
         import mxnet as mx
 
-        super().__init__(net, config, ctx, mix_ratio, amp_trainer)
+        super().__init__(net, config, ctx, amp_trainer)
         self.rcnn_mask_loss = mx.gluon.loss.SigmoidBinaryCrossEntropyLoss(from_sigmoid=False)
 
-    def __call__(self, batch):
+    def forward(self, batch):
+        """The five losses by name, and what the metrics are computed from."""
         import mxnet as mx
-        from mxnet import autograd
 
         # MaskRCNNTrainBatchify: images, labels, masks, then the three RPN targets.
         data, label, gt_mask, *rpn_targets = self.load(batch)
-        with autograd.record():
-            (cls_pred, box_pred, mask_pred, roi, _samples, matches, rpn_score, rpn_box, _anchors,
-             cls_targets, box_targets, box_masks, indices) = self.net(data, label[:, :, :4],
-                                                                      label[:, :, 4:5])
-            outputs = (rpn_score.squeeze(axis=-1), rpn_box, cls_pred, box_pred)
-            rcnn_targets = (cls_targets, box_targets, box_masks)
-            losses = self.box_losses(outputs, rpn_targets, rcnn_targets)
-            # The mask head saw the positive RoIs (``indices`` per image): their boxes, classes and
-            # matched objects give the mask targets.
-            def positives(x):
-                return mx.nd.concat(*[mx.nd.take(x[i], indices[i]) for i in range(indices.shape[0])],
-                                    dim=0).reshape((indices.shape[0], -1) + x.shape[2:])
+        (cls_pred, box_pred, mask_pred, roi, _samples, matches, rpn_score, rpn_box, _anchors,
+         cls_targets, box_targets, box_masks, indices) = self.net(data, label[:, :, :4],
+                                                                  label[:, :, 4:5])
+        outputs = (rpn_score.squeeze(axis=-1), rpn_box, cls_pred, box_pred)
+        rcnn_targets = (cls_targets, box_targets, box_masks)
+        losses = self.box_losses(outputs, rpn_targets, rcnn_targets)
+        # The mask head saw the positive RoIs (``indices`` per image): their boxes, classes and
+        # matched objects give the mask targets.
+        def positives(x):
+            return mx.nd.concat(*[mx.nd.take(x[i], indices[i]) for i in range(indices.shape[0])],
+                                dim=0).reshape((indices.shape[0], -1) + x.shape[2:])
 
-            mask_targets, mask_masks = self.net.mask_target(
-                positives(roi), gt_mask, positives(matches), positives(cls_targets))
-            # Averaged over the mask pixels trained; a batch of negatives trains none (GluonCV's
-            # script divides by their count, 0, and its loss becomes NaN).
-            mask_loss = self.rcnn_mask_loss(mask_pred, mask_targets, mask_masks) \
-                * mask_targets.size / mx.nd.maximum(mask_masks.sum(), 1)
-            losses[MASK_LOSS] = mask_loss
-            self.backward(losses)
+        mask_targets, mask_masks = self.net.mask_target(
+            positives(roi), gt_mask, positives(matches), positives(cls_targets))
+        # Averaged over the mask pixels trained; a batch of negatives trains none (GluonCV's
+        # script divides by their count, 0, and its loss becomes NaN).
+        mask_loss = self.rcnn_mask_loss(mask_pred, mask_targets, mask_masks) \
+            * mask_targets.size / mx.nd.maximum(mask_masks.sum(), 1)
+        losses[MASK_LOSS] = mask_loss
+        return losses, ((outputs, rpn_targets, rcnn_targets), (mask_pred, mask_targets, mask_masks))
+
+    def values(self, losses, outputs):
+        import mxnet as mx
+
+        boxes, (mask_pred, mask_targets, mask_masks) = outputs
         # GluonCV's MaskAccMetric (pixels of the masks trained) and MaskFGAccMetric (their
         # foreground pixels).
         predicted, target = mx.nd.sigmoid(mask_pred) >= 0.5, mask_targets >= 0.5
         mask_metrics = dict(zip(MASK_METRICS, (
             (((predicted == target) * mask_masks).sum(), mask_masks.sum()),
             (((predicted == target) * target).sum(), mask_targets.sum()))))
-        return dict(self.logged(losses), **self.box_metrics(outputs, rpn_targets, rcnn_targets),
-                    **mask_metrics)
+        return dict(super().values(losses, boxes), **mask_metrics)
 
 
 # --- validation: COCO box and mask AP -------------------------------------------------------

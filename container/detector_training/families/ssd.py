@@ -24,6 +24,7 @@ import logging
 
 from detector_training.core.evaluation import score_boxes
 from detector_training.core.networks import build_zoo_network
+from detector_training.core.step import TrainingStep
 from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
 from detector_training.errors import ConfigError
@@ -193,38 +194,32 @@ def clear_targets(outputs):
     box_targets[:] = 0
 
 
-class SSDStep:
-    """Forward, GluonCV's multibox loss, backward (train_ssd.py).
+class SSDStep(TrainingStep):
+    """GluonCV's multibox loss (train_ssd.py); forward and backward are the TrainingStep's.
 
     GluonCV's loss is normalised by the positive anchors of the whole batch and its script then
     steps the trainer with 1; the engine's ``trainer.step(per_rank_batch)`` divides the gradient
     by the batch, so the backward pass takes the loss times the batch size."""
 
-    mix_ratio = 1.0
-
     def __init__(self, net, ctx, amp_trainer=None):
         from gluoncv.loss import SSDMultiBoxLoss
 
-        self.net = net
-        self.ctx = ctx
-        self.amp_trainer = amp_trainer
+        super().__init__(net, ctx, amp_trainer)
         self.loss = SSDMultiBoxLoss()
 
-    def __call__(self, batch):
-        """Forward and backward on one batch; its two losses (per positive anchor) by name."""
-        from mxnet import autograd
-
+    def forward(self, batch):
+        """Its two losses (per positive anchor, per image) by name; their sum and the batch
+        size for the backward pass."""
         data, class_targets, box_targets = [part.as_in_context(self.ctx) for part in batch]
-        with autograd.record():
-            class_preds, box_preds, _anchors = self.net(data)
-            sum_loss, class_loss, box_loss = self.loss([class_preds], [box_preds],
-                                                       [class_targets], [box_targets])
-            total = sum_loss[0].sum() * data.shape[0]
-            if self.amp_trainer is not None:
-                from mxnet.contrib import amp
+        class_preds, box_preds, _anchors = self.net(data)
+        sum_loss, class_loss, box_loss = self.loss([class_preds], [box_preds],
+                                                   [class_targets], [box_targets])
+        return dict(zip(LOSS_NAMES, (class_loss[0], box_loss[0]))), (sum_loss[0], data.shape[0])
 
-                with amp.scale_loss(total, self.amp_trainer) as scaled:
-                    autograd.backward(scaled)
-            else:
-                autograd.backward(total)
-        return dict(zip(LOSS_NAMES, (class_loss[0].sum(), box_loss[0].sum())))
+    def total_loss(self, losses, outputs):
+        sum_loss, batch_size = outputs
+        return sum_loss.sum() * batch_size
+
+    def values(self, losses, outputs):
+        """Each loss summed over the batch: the batch's loss per positive anchor."""
+        return {name: loss.sum() for name, loss in losses.items()}

@@ -19,6 +19,7 @@ import numpy as np
 
 from detector_training.core.evaluation import score_boxes
 from detector_training.core.networks import build_zoo_network
+from detector_training.core.step import TrainingStep
 from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
 from detector_training.errors import ConfigError
@@ -222,32 +223,15 @@ def detect_original_boxes(net, loader, indices, ctx):
     return results
 
 
-class YOLOStep:
-    """Forward with the targets (the network returns its four per-image losses), backward of
-    their sum (gradients are averaged over the batch by the engine's trainer.step)."""
+class YOLOStep(TrainingStep):
+    """The network's four per-image losses, computed by the network itself when given the
+    targets; forward and backward of their sum are the TrainingStep's (gradients are averaged
+    over the batch by the engine's trainer.step). Under mixup the target generator weights each
+    box by its image's ratio, so ``mix_ratio`` stays 1 (``mixup_loss_weight``)."""
 
-    mix_ratio = 1.0
-
-    def __init__(self, net, ctx, amp_trainer=None):
-        self.net = net
-        self.ctx = ctx
-        self.amp_trainer = amp_trainer
-
-    def __call__(self, batch):
-        """Forward and backward on one batch; the mean of each of its losses by name."""
-        from mxnet import autograd
-
+    def forward(self, batch):
+        """The four losses by name."""
         data, obj_t, center_t, scale_t, weight_t, class_t, gt_boxes = [
             part.as_in_context(self.ctx) for part in batch]
-        with autograd.record():
-            losses = dict(zip(LOSS_NAMES, self.net(data, gt_boxes, obj_t, center_t, scale_t,
-                                                   weight_t, class_t)))
-            total = sum(loss.sum() for loss in losses.values())
-            if self.amp_trainer is not None:
-                from mxnet.contrib import amp
-
-                with amp.scale_loss(total, self.amp_trainer) as scaled:
-                    autograd.backward(scaled)
-            else:
-                autograd.backward(total)
-        return {name: loss.mean() for name, loss in losses.items()}
+        return dict(zip(LOSS_NAMES, self.net(data, gt_boxes, obj_t, center_t, scale_t, weight_t,
+                                             class_t))), None

@@ -1,7 +1,7 @@
 """The one source of SageMaker metric definitions (regexes over the job log).
 
-The engine writes these lines (core/engine.py); the launcher passes ``METRIC_DEFINITIONS`` to the
-Estimator. The regexes match with or without mpirun's ``[1,0]<stdout>:`` prefix since they are
+The engine's hooks write these lines (core/hooks.py); the launcher passes ``METRIC_DEFINITIONS``
+to the Estimator. The regexes match with or without mpirun's ``[1,0]<stdout>:`` prefix since they are
 not anchored. Training metrics come from the per-epoch summary line (one point per epoch, global
 over all ranks); ``validation:mAP`` is the tuning objective: VOC07 mAP at IoU 0.5 for voc and
 custom, COCO's AP at IoU 0.50:0.95 for coco, always a fraction. ``validation:AP50`` is the AP at

@@ -3,7 +3,7 @@
 SageMaker stops a job (StopTrainingJob, spot interruption, max_run) with SIGTERM to the
 container's process and gives it 120 seconds. The launcher (:class:`StopSignal`) turns the signal
 into the host's stop file; every rank (:class:`RankStop`) asks ``requested()`` at each step
-boundary: a signal of its own or the stop file. The ranks then agree (engine.StopHook), save a
+boundary: a signal of its own or the stop file. The ranks then agree (hooks.StopHook), save a
 mid-epoch checkpoint and exit.
 
 Signal handlers belong to the process that installed them, never to processes forked from it
