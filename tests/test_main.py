@@ -90,7 +90,7 @@ class ToyFamily:
     def check_config(self, config):
         self.calls.append("check_config")
 
-    def read_datasets(self, config, root):
+    def read_datasets(self, config, root, data_format=None):
         self.calls.append(("read_datasets", root))
         return SimpleNamespace(train=list(range(4)), val=list(range(3)), classes=CLASSES)
 

@@ -203,10 +203,11 @@ def run_evaluation(config, env, dist, ctx):
         family = families.get(config.network)
         family.check_config(config)
         staged = staged_env(env, formats.stage_evaluation_data(env.paths.channels_dir, scratch))
-        root = formats.get(config.dataset).data_root(config, staged, world)
+        fmt = formats.get(config.dataset)  # the job's one instance: the data is read once
+        root = fmt.data_root(config, staged, world)
         found = data_classes(config, root)
         missing = check_classes(found, model.classes) if found is not None else []
-        datasets = family.read_datasets(config, root)
+        datasets = family.read_datasets(config, root, data_format=fmt)
         if found is None and not takes_class_list(config):
             check_fixed_classes(datasets.classes, model.classes)
         if world.is_main:

@@ -172,8 +172,11 @@ def seed_everything(seed, rank):
 # --- 2. data: once per host (local rank 0 fetches, verifies and extracts; the others wait) ----
 
 def read_data(config, env, world, family):
-    root = data_root(config, env, world)
-    datasets = family.read_datasets(config, root)
+    """The job's data, read by its one instance of the data format: training reads each
+    annotation file, and the data report describes the sets that reading kept."""
+    fmt = formats.get(config.dataset)
+    root = data_root(config, env, world, fmt)
+    datasets = family.read_datasets(config, root, data_format=fmt)
     if config.num_classes is not None and len(datasets.classes) != config.num_classes:
         raise ConfigError("num_classes=%d, but the training data has %d classes (%s)."
                           % (config.num_classes, len(datasets.classes), ",".join(datasets.classes)),
@@ -182,15 +185,14 @@ def read_data(config, env, world, family):
     if world.is_main:
         LOG.info("data: %d training images, %d validation images, classes=%s", len(datasets.train),
                  len(datasets.val), ",".join(datasets.classes))
-        report_data(config, env, root)
+        report_data(config, env, root, fmt)
     return datasets
 
 
-def report_data(config, env, root):
+def report_data(config, env, root, fmt):
     """The data check of what this job read, into the log and the model directory (its
     data_report.md and .png); the job goes on whatever it says (the data was read already)."""
     try:
-        fmt = formats.get(config.dataset)
         report = check_data.DataReport(env.paths.channels_dir, config.dataset, "the job's dataset")
         check_data.describe(report, fmt, fmt.labelled_root(root, env.paths.channels_dir), config)
         report.log()
@@ -199,10 +201,10 @@ def report_data(config, env, root):
         LOG.warning("data check: no report (%s: %s)", type(exc).__name__, exc)
 
 
-def data_root(config, env, world):
+def data_root(config, env, world, fmt):
     """The folder the data format reads: its channel (the VOC tree acquired once per host for
     voc; a Pipe-mode manifest drained once per host)."""
-    return formats.get(config.dataset).data_root(config, env, world)
+    return fmt.data_root(config, env, world)
 
 
 # --- 3. the network, fitted to the data's image sizes ------------------------------------------

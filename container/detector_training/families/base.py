@@ -89,8 +89,10 @@ class DetectorFamily:
         """Whether this family trains on data in ``data_format`` (a DataFormat)."""
         return data_format.masks or not self.needs_masks
 
-    def read_datasets(self, config, root):
-        return build_datasets(config, root, instances=self.needs_masks)
+    def read_datasets(self, config, root, data_format=None):
+        """The data in this family's form, read by ``data_format`` (the job's one instance of its
+        format, which keeps what it read for the data report; None: the configured format)."""
+        return build_datasets(config, root, instances=self.needs_masks, fmt=data_format)
 
     def default_size(self, network):
         """A square-input family's data shape when ``short`` is not set (None: not square)."""

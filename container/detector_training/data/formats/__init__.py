@@ -135,13 +135,13 @@ def shown_names(channel, limit=12):
     return ", ".join(entries[:limit]) + more
 
 
-def build_datasets(config, data_root, instances=False):
+def build_datasets(config, data_root, instances=False, fmt=None):
     """Training and validation datasets of the configured format (``config.dataset``); with
     ``val_fraction`` the validation images are carved from the training ones, with ``final_fit``
     the training set is training plus validation images (shared by every family).
     ``instances``: each object's mask too (a family that segments asks for them). The result
-    carries the format's metric."""
-    fmt = get(config.dataset)
+    carries the format's metric. ``fmt``: the job's instance of the format (None: a new one)."""
+    fmt = fmt or get(config.dataset)
     datasets = fmt.read(config, data_root, instances)
     if config.val_fraction > 0:
         datasets = fmt.carve(datasets, config.val_fraction, config.seed)

@@ -33,7 +33,16 @@ class GroundTruthManifest(DataFormat):
         return manifest_root(config, env, world, options.wait_timeout_s, options.poll_s)
 
     def read(self, config, data_root, instances=False):
-        return _manifest_datasets(config, data_root)
+        return _manifest_datasets(config, data_root, self.entries)
+
+    def entries(self, folder, config):
+        """The checked lines of the manifests in ``folder``, parsed once by this instance: the
+        job's datasets and its data report read the same entries."""
+        read = vars(self).setdefault("_entries", {})
+        key = (folder, config.label_attribute)
+        if key not in read:
+            read[key] = manifest.read_entries(folder, config.label_attribute)
+        return read[key]
 
     def labelled_root(self, data_root, channels_dir):
         return data_root
@@ -49,7 +58,7 @@ class GroundTruthManifest(DataFormat):
         folder = manifest.channel_in(channels_dir, names)
         if folder is None:
             return None
-        entries = manifest.read_entries(folder, config.label_attribute)
+        entries = self.entries(folder, config)
         id_names = manifest.merge_class_maps(entries) or dict(enumerate(config.classes))
         images = os.path.join(channels_dir, manifest.IMAGES_CHANNEL)
         paths = (manifest.match_images(entries, images) if os.path.isdir(images)
@@ -65,12 +74,13 @@ class GroundTruthManifest(DataFormat):
         return labelled
 
 
-def _manifest_datasets(config, root):
+def _manifest_datasets(config, root, entries_in):
     """A Ground Truth manifest's data (see manifest.py) under ``root``: the ``train`` (or
     ``training``) channel's manifests, the ``validation`` channel's when there is one (not read
     when ``val_fraction`` carves the validation split), images in the ``images`` channel. Without
     a validation manifest (and val_fraction 0), DEFAULT_VAL_FRACTION of the training lines are
-    carved, seeded by ``seed``. Classes come from the merged class maps (or ``classes``)."""
+    carved, seeded by ``seed``. Classes come from the merged class maps (or ``classes``).
+    ``entries_in(folder, config)``: a manifest folder's checked lines."""
     train_dir = manifest.channel_in(root, manifest.MANIFEST_CHANNELS)
     if train_dir is None:
         raise DataError("no manifest channel: none of %s exists under %s."
@@ -82,10 +92,10 @@ def _manifest_datasets(config, root):
                         % (manifest.IMAGES_CHANNEL, root),
                         "give the job an 'images' channel on the S3 prefix the source-refs point "
                         "into (or use Pipe mode, which sends the images with the manifest).")
-    train_entries = manifest.read_entries(train_dir, config.label_attribute)
+    train_entries = entries_in(train_dir, config)
     val_dir = None if config.val_fraction > 0 else manifest.channel_in(
         root, (manifest.VALIDATION_CHANNEL,))
-    val_entries = manifest.read_entries(val_dir, config.label_attribute) if val_dir else []
+    val_entries = entries_in(val_dir, config) if val_dir else []
     classes, index = manifest.class_list(train_entries + val_entries, config.classes)
     train, ratios = _manifest_dataset(train_entries, images, index, classes, config.skip_empty,
                                       "training")

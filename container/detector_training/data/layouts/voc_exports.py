@@ -68,6 +68,14 @@ class VocExport:
     one_based: bool = True  # corners as 1-based pixel indices (VOC's); CVAT writes 0-based edges
     unlisted_ok: bool = False  # a VOCdevkit's JPEGImages holds every split's images
     _index: object = field(default=None, repr=False)
+    _annotations: dict = field(default_factory=dict, repr=False)  # each file parsed once
+
+    def annotation(self, xml_path):
+        """The file's Annotation, parsed once by this export (a split's read, and the other
+        splits' images counted as referenced, share it)."""
+        if xml_path not in self._annotations:
+            self._annotations[xml_path] = read_annotation(xml_path, self.one_based)
+        return self._annotations[xml_path]
 
     def roles(self):
         """{role: [split names]}, e.g. {'train': ['train'], 'validation': ['valid']}."""
@@ -102,7 +110,7 @@ class VocExport:
         for name in names:
             for xml_path in self.splits[name]:
                 image = _read_one(xml_path, index, drops, adjusted, self.lower_names,
-                                  one_based=self.one_based)
+                                  parse=self.annotation)
                 if image is not None:
                     images.append(image)
                     used.add(image.path)
@@ -125,7 +133,8 @@ class VocExport:
         for name in names:
             for xml_path in self.splits[name]:
                 try:
-                    image = _read_one(xml_path, index, Drops(), Drops(), False, quiet=True)
+                    image = _read_one(xml_path, index, Drops(), Drops(), False, quiet=True,
+                                      parse=self.annotation)
                 except DataError:
                     continue
                 if image is not None:
@@ -133,11 +142,11 @@ class VocExport:
         return referenced
 
 
-def _read_one(xml_path, index, drops, adjusted, lower_names, quiet=False, one_based=True):
+def _read_one(xml_path, index, drops, adjusted, lower_names, quiet=False, parse=read_annotation):
     if not os.path.isfile(xml_path):
         drops.add(NO_ANNOTATION, xml_path)
         return None
-    annotation = read_annotation(xml_path, one_based)
+    annotation = parse(xml_path)
     path = index.find(annotation.filename, xml_path, annotation.folder)
     if path is None:
         drops.add(NO_IMAGE, "%s (%s)" % (xml_path, annotation.filename or "no <filename>"))

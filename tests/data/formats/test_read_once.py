@@ -1,0 +1,70 @@
+"""A job parses each annotation file once on a rank: it reads its data through one instance of
+the data format, and the data report describes the sets that instance read (main.read_data)."""
+
+import collections
+import os
+
+import pytest
+
+import builtin_exports as bx
+import exports
+import ground_truth as gt
+from detector_training.data import formats, manifest as manifest_lines
+from detector_training.data.layouts import builtin_json, voc_xml, yolo_labels
+from detector_training.job import check_data
+from detector_training.job.config import from_hyperparameters
+
+# (module, function, index of its path argument): where each reader parses an annotation file.
+PARSERS = [(voc_xml, "parse_annotation", 1), (yolo_labels, "parse_labels", 1),
+           (yolo_labels, "load_yaml", 0), (manifest_lines, "read_lines", 0),
+           (builtin_json, "read_json", 0)]
+
+
+def cvat(data):
+    exports.cvat_voc(os.path.join(data, "train"), subsets=(("Train", 6), ("Validation", 2)))
+
+
+def labelimg(data):
+    exports.labelimg_beside(os.path.join(data, "train"))
+
+
+def roboflow_yolo(data):
+    exports.roboflow_yolo(os.path.join(data, "train"))
+
+
+def manifest(data):
+    gt.file_mode_job(os.path.dirname(os.path.dirname(data)), {}, count=6, validation=2)
+
+
+def builtin_json(data):
+    bx.builtin_json_channels(data, n_train=5, n_val=2)
+
+
+LAYOUTS = [("custom", cvat), ("custom", labelimg), ("yolo", roboflow_yolo),
+           ("manifest", manifest), ("builtin", builtin_json)]
+
+
+@pytest.mark.parametrize("dataset, make", LAYOUTS, ids=[m.__name__ for _, m in LAYOUTS])
+def test_training_and_the_data_report_parse_each_annotation_file_once(tmp_path, monkeypatch,
+                                                                        dataset, make):
+    data = str(tmp_path / "input" / "data")
+    os.makedirs(data, exist_ok=True)
+    make(data)
+    parsed = collections.Counter()
+    for module, name, where in PARSERS:  # every parser of an annotation file, counted by file
+        real = getattr(module, name)
+
+        def counting(*args, _real=real, _where=where, **kwargs):
+            parsed[os.path.realpath(args[_where])] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counting)
+    config = from_hyperparameters({"dataset": dataset})
+    fmt = formats.get(dataset)  # the job's one instance, as main.read_data holds it
+    datasets = formats.build_datasets(config, data, fmt=fmt)
+    report = check_data.DataReport(data, dataset, "the job's dataset")
+    check_data.describe(report, fmt, fmt.labelled_root(data, data), config)
+    assert report.ok, report.problems
+    assert len(datasets.train) and parsed, "no annotation file was parsed"
+    twice = {path: n for path, n in parsed.items() if n > 1}
+    assert not twice, "parsed more than once: %s" % twice
