@@ -85,13 +85,14 @@ class ToyFamily:
     mixup_loss_weight = 0.5
 
     def __init__(self):
-        self.calls = []
+        self.calls, self.formats = [], []
 
     def check_config(self, config):
         self.calls.append("check_config")
 
     def read_datasets(self, config, root, data_format=None):
         self.calls.append(("read_datasets", root))
+        self.formats.append(data_format)
         return SimpleNamespace(train=list(range(4)), val=list(range(3)), classes=CLASSES)
 
     def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
@@ -202,14 +203,14 @@ def test_seeds_repeat_per_rank_and_differ_between_ranks():
 
 # --- 2. data --------------------------------------------------------------------------------------
 
-def test_the_data_root_is_the_configured_formats(tmp_path, monkeypatch):
-    env = make_env(tmp_path)
-    assert main.data_root(make_config(dataset="coco"), env, World()) == str(tmp_path / "coco")
+def test_the_data_is_read_through_one_instance_of_the_configured_format(tmp_path, monkeypatch):
     asked = []
     monkeypatch.setattr(CustomVOC, "data_root",
-                        lambda self, config, env, world: asked.append(config.dataset) or "/voc")
-    assert main.data_root(make_config(), env, World()) == "/voc"
-    assert asked == ["custom"]
+                        lambda self, config, env, world: asked.append(self) or "/voc")
+    family = ToyFamily()
+    main.read_data(make_config(), make_env(tmp_path), World(), family)
+    assert family.calls[0] == ("read_datasets", "/voc")  # the configured format's root
+    assert len(asked) == 1 and family.formats == asked  # the instance that found it read the data
 
 
 def test_read_data_hands_the_root_to_the_family_and_logs_the_sizes(tmp_path, caplog):
