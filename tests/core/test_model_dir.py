@@ -205,3 +205,14 @@ def test_a_class_list_of_another_length_than_the_network_is_a_model_error(tmp_pa
         model_dir.read_model_classes(directory)
     os.remove(os.path.join(directory, model_dir.SYMBOL_FILE))  # params and classes.json only: not known
     assert model_dir.read_model_classes(directory) == json.loads(classes)
+
+
+@pytest.mark.parametrize("start", ["nan", "inf", "-inf", "five", "1e400"])
+def test_an_unreadable_class_id_range_is_a_model_error(tmp_path, start):
+    """model-symbol.json comes from the model channel: odd numbers in it end as ModelError."""
+    graph = json.loads(class_ids_graph(("decoder", 5)))
+    graph["nodes"][-1]["attrs"]["start"] = start
+    path = tmp_path / model_dir.SYMBOL_FILE
+    path.write_text(json.dumps(graph))
+    with pytest.raises(ModelError, match="has an unreadable range"):
+        model_dir.predicted_classes(str(path))

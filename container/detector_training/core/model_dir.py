@@ -166,11 +166,11 @@ def predicted_classes(symbol_file):
         attrs = node.get("attrs") if isinstance(node.get("attrs"), dict) else {}
         try:
             start, stop = float(attrs.get("start", 0)), attrs.get("stop", "None")
-            count = start if stop in (None, "None") else float(stop) - start
+            count = int(start if stop in (None, "None") else float(stop) - start)  # NaN, inf: refused
         except (TypeError, ValueError, OverflowError):
             raise ModelError("%s: operator %s has an unreadable range (%s)." % (
                 SYMBOL_FILE, node.get("name"), json_preview(attrs)), FIX) from None
-        counts.add(int(count))
+        counts.add(count)
     if len(counts) > 1:
         raise ModelError("the network in %s decodes %s classes in different places." % (
             SYMBOL_FILE, " and ".join(str(c) for c in sorted(counts))), FIX)
