@@ -52,6 +52,14 @@ def run_command(command, base, timeout=600):
                                                     PYTHONUNBUFFERED="1"))
 
 
+def failed_job_reason(base):
+    """Run the job, which must fail; its output/failure text."""
+    result = run_command("train", base)
+    assert result.returncode != 0, result.stdout[-2000:]
+    with open(os.path.join(base, "output", "failure")) as handle:
+        return handle.read()
+
+
 def read_evaluation(base):
     with open(os.path.join(base, "model", "evaluation.json")) as handle:
         return json.load(handle)
@@ -102,10 +110,7 @@ def test_classes_that_are_not_the_models_fail_naming_both_lists(trained, tmp_pat
                           model_as="directory")
     with open(os.path.join(base, "input", "data", "model", "classes.json"), "w") as handle:
         json.dump(["cat", "dog", "bird"], handle)  # a model of other classes, same head size
-    result = run_command("train", base)
-    assert result.returncode != 0
-    with open(os.path.join(base, "output", "failure")) as handle:
-        failure = handle.read()
+    failure = failed_job_reason(base)
     assert "the test data's classes (circle, square, triangle) do not match the model's (cat, dog, " \
            "bird)" in failure, failure
     assert not os.path.exists(os.path.join(base, "model", "evaluation.json"))
@@ -117,10 +122,7 @@ def test_a_classes_json_that_does_not_fit_the_network_fails_as_a_data_error_nami
                           model_as="directory")
     with open(os.path.join(base, "input", "data", "model", "classes.json"), "w") as handle:
         json.dump(["circle", "square", "triangle", "hexagon"], handle)  # the network predicts 3
-    result = run_command("train", base)
-    assert result.returncode != 0
-    with open(os.path.join(base, "output", "failure")) as handle:
-        failure = handle.read()
+    failure = failed_job_reason(base)
     assert failure.startswith("DataError: the 'model' channel's model: classes.json lists 4 classes but "
                               "the network in model-symbol.json predicts 3. Fix: "), failure
     assert "\n" not in failure.strip() and "Traceback" not in failure, failure
@@ -131,10 +133,7 @@ def test_without_a_model_channel_the_job_fails_saying_what_to_put_there(trained,
     trained_base, _ = trained
     base = evaluation_job(tmp_path / "opt_ml", trained_base, {"mode": "evaluate"})
     shutil.rmtree(os.path.join(base, "input", "data", "model"))
-    result = run_command("train", base)
-    assert result.returncode != 0
-    with open(os.path.join(base, "output", "failure")) as handle:
-        assert "has no 'model' channel" in handle.read()
+    assert "has no 'model' channel" in failed_job_reason(base)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "another-networks"])
@@ -150,10 +149,7 @@ def test_parameters_that_do_not_load_fail_as_a_data_error_naming_the_file(traine
             handle.truncate(os.path.getsize(params) // 2)
     else:
         mx.nd.save(params, {"conv0_weight": mx.nd.ones((2, 3, 3, 3))})
-    result = run_command("train", base)
-    assert result.returncode != 0
-    with open(os.path.join(base, "output", "failure")) as handle:
-        failure = handle.read()
+    failure = failed_job_reason(base)
     assert failure.startswith("DataError: cannot load model.params from the 'model' channel into "
                               "faster_rcnn"), failure
     assert "Traceback" not in failure and "File \"" not in failure and "\n" not in failure.strip(), failure
