@@ -36,16 +36,22 @@ def is_literal_text(node):
         isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts)
 
 
-def dataset_branches(path):
-    """(line, source) of each comparison of the dataset's name with a text literal."""
+def literal_comparisons(path, names_it):
+    """(line, source) of each comparison in the file at ``path`` of a text literal with an
+    expression ``names_it`` picks out."""
     source = open(path).read()
     found = []
     for node in ast.walk(ast.parse(source, path)):
         if isinstance(node, ast.Compare):
             sides = [node.left] + list(node.comparators)
-            if any(names_the_dataset(s) for s in sides) and any(is_literal_text(s) for s in sides):
+            if any(names_it(s) for s in sides) and any(is_literal_text(s) for s in sides):
                 found.append((node.lineno, ast.get_source_segment(source, node)))
     return found
+
+
+def dataset_branches(path):
+    """(line, source) of each comparison of the dataset's name with a text literal."""
+    return literal_comparisons(path, names_the_dataset)
 
 
 def test_no_module_outside_the_formats_branches_on_a_dataset_name():
@@ -72,15 +78,7 @@ def test_the_scan_finds_each_spelling_of_such_a_branch(tmp_path):
 def metric_branches(path):
     """(line, source) of each comparison of a ``.metric`` with a text literal: what differs between
     the metrics is an attribute of core/evaluation.py's Metric objects, asked, never a name."""
-    source = open(path).read()
-    found = []
-    for node in ast.walk(ast.parse(source, path)):
-        if isinstance(node, ast.Compare):
-            sides = [node.left] + list(node.comparators)
-            if any(isinstance(s, ast.Attribute) and s.attr == "metric" for s in sides) \
-                    and any(is_literal_text(s) for s in sides):
-                found.append((node.lineno, ast.get_source_segment(source, node)))
-    return found
+    return literal_comparisons(path, lambda node: isinstance(node, ast.Attribute) and node.attr == "metric")
 
 
 def test_no_module_compares_a_metric_with_a_name():
