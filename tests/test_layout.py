@@ -1,6 +1,6 @@
 """The package's floors only look down, and no two modules import each other round a circle.
 
-Floors, bottom up: errors/settings/values < core < data < families < job < the top (main, rank,
+Floors, bottom up: errors/settings/values/safe_yaml/registry < core < data < families < job < the top (main, rank,
 commands, predict, serve: every other top-level module or package). A module may import from its
 own floor or a lower one. Every import counts: at module level and inside functions (``ast``).
 """
@@ -13,7 +13,7 @@ import pytest
 PACKAGE = "detector_training"
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "container", PACKAGE)
 
-FLOORS = {"errors": 1, "settings": 1, "values": 1, "safe_yaml": 1, "core": 2, "data": 3, "families": 4, "job": 5}
+FLOORS = {"errors": 1, "settings": 1, "values": 1, "safe_yaml": 1, "registry": 1, "core": 2, "data": 3, "families": 4, "job": 5}
 TOP = 6
 
 # Upward imports allowed for now, each with the issue that removes it (none today); the test

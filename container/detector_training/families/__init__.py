@@ -13,33 +13,21 @@ from detector_training.families.faster_rcnn import FasterRCNN
 from detector_training.families.mask_rcnn import MaskRCNN
 from detector_training.families.ssd import SSD
 from detector_training.families.yolo3 import YOLOv3
+from detector_training.registry import Registry
 
-_REGISTERED = {}  # family name -> DetectorFamily subclass, in registration order
 
 
-def register(cls):
-    """Register a DetectorFamily subclass (also usable as a class decorator); returns it.
-
-    Raises ValueError when its name is taken by another class or one of its networks belongs
-    to another family, so two families never claim the same network."""
-    if not (isinstance(cls, type) and issubclass(cls, DetectorFamily)) or not cls.name:
-        raise ValueError("%r is not a named DetectorFamily subclass" % (cls,))
-    taken = {n: other.name for other in _REGISTERED.values() if other.name != cls.name
-             for n in other.networks}
+def _networks_free(cls, others):
+    """Two families never claim the same network."""
+    taken = {n: other.name for other in others for n in other.networks}
     clashes = sorted(set(cls.networks) & set(taken))
     if clashes:
         raise ValueError("family %s: networks %s belong to family %s" % (
             cls.name, ", ".join(clashes), taken[clashes[0]]))
-    if _REGISTERED.get(cls.name, cls) is not cls:
-        raise ValueError("a family named %s is registered already" % cls.name)
-    _REGISTERED[cls.name] = cls
-    return cls
 
 
-def unregister(name):
-    """Remove a registered family (for tests that register one of their own)."""
-    _REGISTERED.pop(name, None)
-
+_REGISTRY = Registry(DetectorFamily, "family", check=_networks_free)
+register, unregister = _REGISTRY.register, _REGISTRY.unregister
 
 for _builtin in (FasterRCNN, MaskRCNN, YOLOv3, SSD):
     register(_builtin)
@@ -47,12 +35,12 @@ for _builtin in (FasterRCNN, MaskRCNN, YOLOv3, SSD):
 
 def network_names():
     """Every registered network, family by family."""
-    return tuple(n for cls in _REGISTERED.values() for n in cls.networks)
+    return tuple(n for cls in _REGISTRY.classes() for n in cls.networks)
 
 
 def family_of(network):
     """The name of the family that builds ``network``; KeyError for an unknown network."""
-    for cls in _REGISTERED.values():
+    for cls in _REGISTRY.classes():
         if network in cls.networks:
             return cls.name
     raise KeyError(network)
@@ -64,11 +52,11 @@ def get(network):
 
 
 def get_by_name(name):
-    return _REGISTERED[name]()
+    return _REGISTRY.get(name)
 
 
 def all_families():
-    return [cls() for cls in _REGISTERED.values()]
+    return _REGISTRY.instances()
 
 
 def build_network(config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):

@@ -26,6 +26,7 @@ from detector_training.data.formats.ground_truth import GroundTruthManifest
 from detector_training.data.formats.voc import VOC
 from detector_training.data.formats.yolo import Yolo
 from detector_training.errors import DataError
+from detector_training.registry import Registry
 
 __all__ = ["FORMAT_OPTIONS", "Channel", "DataFormat", "LabelledFormat", "register", "unregister",
            "get", "names", "all_formats", "recognise", "build_datasets", "EVALUATION_CHANNELS",
@@ -37,40 +38,12 @@ NOT_DATA = ("pretrained", "model", "config")  # channels that never hold trainin
 # An evaluation job's data: the first of these channels it has.
 EVALUATION_CHANNELS = ("test", VALIDATION_CHANNEL)
 
-_REGISTERED = {}  # format name -> DataFormat subclass, in registration order
-
-
-def register(cls):
-    """Register a DataFormat subclass (also usable as a class decorator); returns it. Raises
-    ValueError when it is not a named DataFormat, or its name is taken by another class."""
-    if not (isinstance(cls, type) and issubclass(cls, DataFormat)) or not cls.name:
-        raise ValueError("%r is not a named DataFormat subclass" % (cls,))
-    if _REGISTERED.get(cls.name, cls) is not cls:
-        raise ValueError("a data format named %s is registered already" % cls.name)
-    _REGISTERED[cls.name] = cls
-    return cls
-
-
-def unregister(name):
-    """Remove a registered format (for tests that register one of their own)."""
-    _REGISTERED.pop(name, None)
-
+_REGISTRY = Registry(DataFormat, "data format")
+register, unregister, names, get = _REGISTRY.register, _REGISTRY.unregister, _REGISTRY.names, _REGISTRY.get
+all_formats = _REGISTRY.instances
 
 for _builtin in (VOC, CustomVOC, COCO, GroundTruthManifest, Yolo, Builtin):
     register(_builtin)
-
-
-def names():
-    return tuple(_REGISTERED)
-
-
-def get(name):
-    """The DataFormat instance named ``name``; KeyError for an unknown one."""
-    return _REGISTERED[name]()
-
-
-def all_formats():
-    return [cls() for cls in _REGISTERED.values()]
 
 
 def job_channels(channels_dir, input_data_config):
