@@ -52,6 +52,7 @@ A new family is one module that subclasses DetectorFamily, registered with
 ``families.register`` (the built-in ones in ``families/__init__.py``).
 """
 
+from detector_training.core.networks import build_zoo_network
 from detector_training.core.report import BOX_AP_COLUMNS
 from detector_training.data.formats import build_datasets
 
@@ -62,6 +63,9 @@ FAMILY_OPTIONS = ("label_smooth", "multi_scale", "mixup", "final_fit")
 class DetectorFamily:
     name = ""
     networks = ()
+    # Networks whose GluonCV builder takes the class list itself (the ``*_custom`` builders of
+    # SSD and YOLOv3): built with the job's classes instead of having their head reset.
+    class_list_networks = ()
     presets = {}  # data style -> {hyperparameter: default}, over the format's preset
     needs_masks = False  # True: trains only on a data format whose objects carry masks
     options = ()
@@ -102,7 +106,17 @@ class DetectorFamily:
         """Raise ConfigError for hyperparameters this family cannot use (before data is read)."""
 
     def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
-        raise NotImplementedError
+        """The configured GluonCV model-zoo network for ``classes`` (core/networks.py
+        build_zoo_network), its NMS threshold the configured one; a family with builder
+        overrides or networks of its own (Faster R-CNN) overrides this."""
+        own = None
+        if config.network in self.class_list_networks:
+            from gluoncv.model_zoo import get_model
+
+            own = {config.network: lambda **kwargs: get_model(
+                config.network, pretrained=False, classes=list(classes), **kwargs)}
+        return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
+                                 own_networks=own, nms_threshold=config.nms_threshold)
 
     def fit_to_data(self, net, config, datasets):
         return {}

@@ -23,7 +23,6 @@ import io
 import logging
 
 from detector_training.core.evaluation import score_boxes
-from detector_training.core.networks import build_zoo_network
 from detector_training.core.step import TrainingStep
 from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
@@ -48,6 +47,7 @@ class SSD(DetectorFamily):
     name = "ssd"
     networks = tuple("ssd_%s_%s" % (base, data) for base in BASES
                      for data in ("voc", "coco", "custom"))
+    class_list_networks = tuple("ssd_%s_custom" % base for base in BASES)
     presets = {"voc": _PRESET, "coco": _PRESET}  # every data style
     options = ("final_fit",)
     test_resize = "square"  # as SquareValTransform: the data shape's square
@@ -91,17 +91,6 @@ class SSD(DetectorFamily):
         """((the data shape,), the data shape, the data shape): square inputs."""
         size = self.data_shape(config)
         return (size,), size, size
-
-    def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
-        own = None
-        if config.network.endswith("_custom"):  # GluonCV's *_custom builders take the classes
-            from gluoncv.model_zoo import get_model
-
-            own = {config.network: lambda **kwargs: get_model(
-                config.network, pretrained=False, classes=list(classes), **kwargs)}
-        return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
-                                 own_networks=own,
-                                 nms_threshold=config.nms_threshold)
 
     def fit_to_data(self, net, config, datasets):
         """A data shape the network's feature layers cannot take is a ConfigError naming the

@@ -18,7 +18,6 @@ import logging
 import numpy as np
 
 from detector_training.core.evaluation import score_boxes
-from detector_training.core.networks import build_zoo_network
 from detector_training.core.step import TrainingStep
 from detector_training.data.loaders import shard_loader, val_shard_loader
 from detector_training.data.negatives import KeepNegatives
@@ -44,10 +43,14 @@ def multi_scale_sizes(size):
     return tuple(range(max(low, STRIDE), high + 1, STRIDE))
 
 
+BACKBONES = ("darknet53", "mobilenet1.0", "mobilenet0.25")
+
+
 class YOLOv3(DetectorFamily):
     name = "yolo3"
-    networks = tuple("yolo3_%s_%s" % (base, data) for base in ("darknet53", "mobilenet1.0", "mobilenet0.25")
+    networks = tuple("yolo3_%s_%s" % (base, data) for base in BACKBONES
                      for data in ("voc", "coco", "custom"))  # mobilenet0.25: CPU tests and demos
+    class_list_networks = tuple("yolo3_%s_custom" % base for base in BACKBONES)
     presets = {"voc": _VOC_PRESET,
                "coco": dict(_VOC_PRESET, epochs=280, lr_decay_epoch=(220, 250), lr_warmup=3600)}
     options = ("label_smooth", "multi_scale", "mixup", "final_fit")
@@ -98,16 +101,6 @@ class YOLOv3(DetectorFamily):
         size = (config.short or (DEFAULT_SIZE,))[0]
         train = multi_scale_sizes(size) if config.multi_scale else (size,)
         return train, size, size
-
-    def build_network(self, config, classes, per_rank_batch, pretrained_base, pretrained_dirs, ctx):
-        own = None
-        if config.network.endswith("_custom"):  # GluonCV's *_custom builders take the classes
-            from gluoncv.model_zoo import get_model
-
-            own = {config.network: lambda **kwargs: get_model(
-                config.network, pretrained=False, classes=list(classes), **kwargs)}
-        return build_zoo_network(config.network, classes, pretrained_base, pretrained_dirs, ctx,
-                                 own_networks=own, nms_threshold=config.nms_threshold)
 
     def train_loader(self, config, net, datasets, world, per_rank_batch, steps, num_workers):
         import mxnet as mx
