@@ -18,6 +18,7 @@ import pytest
 from mxnet import autograd
 
 from detector_training import main
+from detector_training import validator as validator_module
 from detector_training.core.checkpoint import CheckpointManager
 from detector_training.core.distributed import SingleProcess, World
 from detector_training.core.hooks import (CheckpointHook, EarlyStoppingHook, EpochSetupHook, FinalModelHook,
@@ -26,6 +27,7 @@ from detector_training.core.run_context import RunContext
 from detector_training.core.tensorboard_events import TensorBoardHook
 from detector_training.data.formats.custom import CustomVOC
 from detector_training.job.config import from_hyperparameters
+from detector_training.validator import Validator
 
 CLASSES = ("a", "b")
 
@@ -322,11 +324,12 @@ def hooks_for(tmp_path, monkeypatch, config, validated):
     datasets = family.read_datasets(None, None)
     network = main.build_network(config, env, family, datasets, 1, mx.cpu())
     loaders = main.make_loaders(config, family, network, datasets, dist.world, 1, mx.cpu())
+    validator = Validator(family, config, datasets, loaders.val, loaders.val_indices, dist, mx.cpu())
     run = RunContext(config=config, env=env, dist=dist, stop=Stop(), family=family, ctx=mx.cpu(),
                      datasets=datasets, network=network, loaders=loaders, per_rank_batch=1,
-                     base_lr=0.1, effective={"epochs": 2},
+                     base_lr=0.1, effective={"epochs": 2}, validator=validator,
                      checkpoints=CheckpointManager(env.checkpoint_dir, 2))
-    monkeypatch.setattr(main, "validate", lambda *args: validated.append(
+    monkeypatch.setattr(validator_module, "validate", lambda *args: validated.append(
         (list(network.net.hybridized), args)) or {"mAP": 0.5, "AP50": 0.6, "per_class": {}, "images": 3})
     return main.make_hooks(run), network, run, loaders
 
@@ -368,7 +371,7 @@ def test_run_job_trains_validates_checkpoints_and_writes_the_model(tmp_path, mon
     monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
     monkeypatch.setattr(main, "data_root", lambda *args: str(tmp_path / "voc"))
     scores = iter([0.5, 0.25])  # epoch 0 is the best
-    monkeypatch.setattr(main, "validate", lambda *args: dict(zip(("mAP", "AP50"), [next(scores)] * 2),
+    monkeypatch.setattr(validator_module, "validate", lambda *args: dict(zip(("mAP", "AP50"), [next(scores)] * 2),
                                                              per_class={"a": 0.5}, images=3))
     closed = []
     monkeypatch.setattr(main, "close_loader", closed.append)
@@ -399,7 +402,7 @@ def test_a_stop_request_ends_the_loop_with_a_checkpoint_and_no_final_model(tmp_p
     family = ToyFamily()
     monkeypatch.setattr(main, "families", SimpleNamespace(get=lambda network: family))
     monkeypatch.setattr(main, "data_root", lambda *args: str(tmp_path / "voc"))
-    monkeypatch.setattr(main, "validate", lambda *args: pytest.fail("validated after a stop"))
+    monkeypatch.setattr(validator_module, "validate", lambda *args: pytest.fail("validated after a stop"))
     with caplog.at_level(logging.INFO, logger="detector_training"):
         main.run_job(make_config(), make_env(tmp_path), RankDist(), Stop(at=3))
     assert "stopped: rank=0 steps=3 at epoch 0 iteration 2" in caplog.text

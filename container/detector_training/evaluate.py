@@ -5,9 +5,9 @@ wrote, extracted under core/model_dir.py's archive policy); the data is the ``te
 else ``validation``'s, in any data format a training job reads (data/formats), read as a training
 job reads its validation split. The network is rebuilt by its family from the model's
 ``config.json`` and loaded with ``model.params`` (what the export was made from), and scored as
-training validates: each rank detects its shard, the detections of every rank are scored
-together (core/evaluation.py ``validate``), so the mAP is the one a training job reports for the
-same model and data. The main rank writes ``evaluation.json`` and the evaluation report (the
+training validates, by the same validator (validator.py): each rank detects its shard, the
+detections of every rank are scored together, so the mAP is the one a training job reports for
+the same model and data. The main rank writes ``evaluation.json`` and the evaluation report (the
 pictures and tables of core/eval_report.py) into the model directory (``/opt/ml/model``, which
 SageMaker uploads).
 
@@ -25,7 +25,6 @@ import tempfile
 
 from detector_training import families, inference
 from detector_training.core import archive
-from detector_training.core.evaluation import validate
 from detector_training.core.files import write_json
 from detector_training.core.model_dir import (BEST_PARAMS, EXPORT_FILES, FINAL_PARAMS,
                                               extract_model, read_export, shallowest_with)
@@ -34,6 +33,7 @@ from detector_training.data import formats
 from detector_training.errors import DataError, ModelError
 from detector_training.job.config import FIELDS, validate as check_config_rules
 from detector_training.job.sm_env import JobPaths
+from detector_training.validator import Validator
 
 LOG = logging.getLogger("detector_training")
 
@@ -220,22 +220,25 @@ def run_evaluation(config, env, dist, ctx):
         if reason:
             raise DataError("cannot load %s from the 'model' channel into %s: %s." % (
                 os.path.basename(model.params), config.network, reason), MODEL_FIX)
-        if not config.disable_hybridization:
-            net.hybridize(static_alloc=config.static_alloc)
         loader, indices = family.val_loader(config, net, datasets, world, 0)
-        LOG.info("evaluation: rank=%d detects %d of the %d image(s)", world.rank, len(indices),
-                 len(datasets.val))
-        result = validate(family, net, loader, indices, ctx, dist, config, datasets, scratch)
-        if world.is_main:
-            write_evaluation(env.paths.model_dir, result, model, config, datasets, missing, ctx)
+        validator = Validator(family, config, datasets, loader, indices, dist, ctx)  # training's
+        try:
+            LOG.info("evaluation: rank=%d detects %d of the %d image(s)", world.rank,
+                     validator.shard, validator.images)
+            result = validator.score(net)
+            if world.is_main:
+                write_evaluation(env.paths.model_dir, result, model, config, missing, validator)
+        finally:
+            validator.close()
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def write_evaluation(out_dir, result, model, config, datasets, missing, ctx):
+def write_evaluation(out_dir, result, model, config, missing, validator):
     """evaluation.json (the scores as validation.json has them, with what was scored), then the
-    report, drawn from the exported model as serve runs it (a convenience: a failure is logged)."""
+    validator's report of the exported model, run as serve runs it (a convenience: a failure is
+    logged)."""
     os.makedirs(out_dir, exist_ok=True)
     evaluation = dict(result, classes=list(model.classes), dataset=config.dataset,
                       network=config.network, model=os.path.basename(model.params),
@@ -245,9 +248,7 @@ def write_evaluation(out_dir, result, model, config, datasets, missing, ctx):
              ", ".join("%s %.4f" % item for item in result["per_class"].items()),
              os.path.join(out_dir, EVALUATION_FILE))
     try:
-        loaded = inference.load_model(model.directory, ctx)
-        inference.evaluate(loaded, inference.dataset_samples(datasets.val), out_dir,
-                           datasets.metric.report_ious)
+        validator.report(model.directory, out_dir)
         LOG.info("evaluation: pictures and tables in %s", out_dir)
     except Exception as exc:  # pylint: disable=broad-except
         LOG.warning("evaluation: report not written (%s: %s)", type(exc).__name__, exc)

@@ -29,7 +29,6 @@ from detector_training.core.engine import Engine
 from detector_training.core.hooks import (CheckpointHook, EarlyStoppingHook, EpochSetupHook,
                                           FinalModelHook, LearningRateHook, MetricLogHook, StopHook,
                                           ValidationHook)
-from detector_training.core.evaluation import validate
 from detector_training.core.model_dir import (BEST_PARAMS, CLASSES_FILE, CONFIG_FILE, EXPORT_PREFIX,
                                               ModelDirectory)
 from detector_training.core.run_context import RunContext
@@ -47,6 +46,7 @@ from detector_training.job.guards import adapt_workers, check_gpu_runs, gpu_coun
 from detector_training.job.logs import setup_logging
 from detector_training.job.sm_env import Environment, JobPaths, base_dir
 from detector_training.job.stop import RankStop, begin_exit, mark_finished
+from detector_training.validator import Validator
 
 LOG = logging.getLogger("detector_training")
 
@@ -106,9 +106,10 @@ def run_job(config, env, dist, stop):
     effective = dict(effective, short=list(network.train_shorts), test_short=network.test_short,
                      max_size=network.max_size)
     loaders = make_loaders(config, family, network, datasets, world, per_rank_batch, ctx)
+    validator = Validator(family, config, datasets, loaders.val, loaders.val_indices, dist, ctx)
     try:
         run = RunContext(config=config, env=env, dist=dist, stop=stop, family=family, ctx=ctx,
-                         datasets=datasets, network=network, loaders=loaders,
+                         datasets=datasets, network=network, loaders=loaders, validator=validator,
                          per_rank_batch=per_rank_batch, base_lr=config.effective_lr(world.size),
                          effective=effective,
                          checkpoints=CheckpointManager(env.checkpoint_dir, config.keep_checkpoints))
@@ -125,6 +126,7 @@ def run_job(config, env, dist, stop):
         result = train(engine, run.base_lr)
     finally:
         loaders.close()  # now: left to their destructors or to interpreter exit, they can hang
+        validator.close()
     if engine.completed and world.is_main:
         mark_finished(env.stop_file)  # the launcher's exit clock starts here (job/launcher.py)
     return result
@@ -290,15 +292,12 @@ def make_hooks(run):
     """The hooks of ``run`` (core/run_context.py), in the order they run at each point."""
     config, net, world = run.config, run.net, run.world
     model_dir = ModelDirectory(run.env.paths.model_dir)
-    scratch = tempfile.mkdtemp(prefix="detector-val-rank%d-" % world.rank)
 
     def learning_rate(epoch, global_step):
         return lr_at(config, run.base_lr, epoch, global_step, run.loaders.steps)
 
-    def validate_now():
-        hybridize(net, config)  # for inference inputs; EpochSetupHook does it again for training
-        return validate(run.family, net, run.loaders.val, run.loaders.val_indices, run.ctx,
-                        run.dist, config, run.datasets, scratch)
+    def validate_now():  # EpochSetupHook hybridizes again for training inputs
+        return run.validator.score(net)
 
     def write_final(engine):
         validation = engine.last_validation
@@ -342,10 +341,7 @@ def evaluation_report(engine, run, model_path):
         family.export(config, datasets.classes, best, os.path.join(scratch, EXPORT_PREFIX), run.network.fitted)
         for name in (CLASSES_FILE, CONFIG_FILE):
             shutil.copy(os.path.join(model_path, name), scratch)
-        model = inference.load_model(scratch, run.ctx)
-        evaluation, pictures, text = inference.evaluate(
-            model, inference.dataset_samples(datasets.val), model_path,
-            datasets.metric.report_ious)
+        evaluation, pictures, text = run.validator.report(scratch, model_path)
         engine.pictures.update(("evaluation/" + name.rsplit(".", 1)[0], png) for name, png in pictures.items())
         engine.texts["evaluation/report"] = text
         LOG.info("evaluation: the best model on %d validation image(s): mAP %.4f at IoU %.2f; "

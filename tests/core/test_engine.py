@@ -83,7 +83,8 @@ def run_context(config, dist, net, loader):
                       family=SimpleNamespace(loss_names=("fit_loss",), metric_names=("fit_error",)),
                       ctx=mx.cpu(), datasets=None, network=SimpleNamespace(net=net),
                       loaders=SimpleNamespace(train=SimpleNamespace(loader=loader), steps=STEPS),
-                      per_rank_batch=1, base_lr=0.01, effective={}, checkpoints=None)
+                      per_rank_batch=1, base_lr=0.01, effective={}, checkpoints=None,
+                      validator=None)
 
 
 class Recorder(Hook):

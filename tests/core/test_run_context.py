@@ -13,7 +13,8 @@ from detector_training.core.run_context import RunContext
 def a_run(dist):
     return RunContext(config=None, env=None, dist=dist, stop=None, family=None, ctx=None,
                       datasets=None, network=SimpleNamespace(net="the network"), loaders=None,
-                      per_rank_batch=2, base_lr=0.01, effective={}, checkpoints=None)
+                      per_rank_batch=2, base_lr=0.01, effective={}, checkpoints=None,
+                      validator=None)
 
 
 def test_the_world_is_the_distributed_adapters_and_the_net_the_fitted_networks():

@@ -19,6 +19,7 @@ class RunContext:
     datasets: object  # training and validation data (data/common.py Datasets)
     network: object  # the network fitted to the data: net, fitted, sizes (main.Network)
     loaders: object  # this rank's training and validation loaders, steps per epoch (main.Loaders)
+    validator: object  # scores the network on the validation data, every rank together (validator.py)
     per_rank_batch: int  # images per step on each rank
     base_lr: float  # the learning rate after scaling to the global batch (config.effective_lr)
     effective: dict  # the effective configuration, as logged and saved (config.json)
