@@ -11,6 +11,7 @@ import exports
 import ground_truth as gt
 from detector_training.data import formats, manifest as manifest_lines
 from detector_training.data.layouts import builtin_json, voc_xml, yolo_labels
+from detector_training.data.synthetic_voc import generate
 from detector_training.job import check_data
 from detector_training.job.config import from_hyperparameters
 
@@ -40,7 +41,12 @@ def builtin_json(data):
     bx.builtin_json_channels(data, n_train=5, n_val=2)
 
 
-LAYOUTS = [("custom", cvat), ("custom", labelimg), ("yolo", roboflow_yolo),
+def official_voc(data):  # the VOCdevkit tree the job extracts from the official tars
+    generate(os.path.join(data, "voc"), train_2007=5, test_2007=2, train_2012=2, seed=1,
+             classes=("dog", "person"))
+
+
+LAYOUTS = [("voc", official_voc), ("custom", cvat), ("custom", labelimg), ("yolo", roboflow_yolo),
            ("manifest", manifest), ("builtin", builtin_json)]
 
 
@@ -61,9 +67,10 @@ def test_training_and_the_data_report_parse_each_annotation_file_once(tmp_path, 
         monkeypatch.setattr(module, name, counting)
     config = from_hyperparameters({"dataset": dataset})
     fmt = formats.get(dataset)  # the job's one instance, as main.read_data holds it
-    datasets = formats.build_datasets(config, data, fmt=fmt)
+    root = os.path.join(data, "voc") if dataset == "voc" else data  # acquire_voc's folder
+    datasets = formats.build_datasets(config, root, fmt=fmt)
     report = check_data.DataReport(data, dataset, "the job's dataset")
-    check_data.describe(report, fmt, fmt.labelled_root(data, data), config)
+    check_data.describe(report, fmt, fmt.labelled_root(root, data), config)
     assert report.ok, report.problems
     assert len(datasets.train) and parsed, "no annotation file was parsed"
     twice = {path: n for path, n in parsed.items() if n > 1}

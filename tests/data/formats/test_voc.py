@@ -3,6 +3,8 @@ case; its exports are in test_custom.py)."""
 
 from types import SimpleNamespace
 
+import numpy as np
+
 import pytest
 
 from detector_training.data import formats
@@ -104,3 +106,28 @@ def test_num_classes_other_than_vocs_20_is_refused_with_the_fix():
     with pytest.raises(ConfigError) as err:
         from_hyperparameters({"dataset": "voc", "num_classes": "3"})
     assert "num_classes=3: dataset=voc has its 20 classes (dataset=custom trains your own)" in str(err.value)
+
+
+def test_voc_reads_the_official_tree_as_gluoncvs_voc_reader_does(tmp_path):
+    """dataset=voc reads through the labelled form (one parse of each annotation); its label rows
+    are those GluonCV's VOCDetection gives for the same tree: the 20 classes in their order, the
+    1-based corners made 0-based, the difficult flags."""
+    from gluoncv.data import VOCDetection
+
+    from detector_training.data.formats.voc import VOC_CLASSES
+
+    assert VOC_CLASSES == tuple(VOCDetection.CLASSES)
+    generate(str(tmp_path), train_2007=6, test_2007=3, train_2012=2, seed=7,
+             classes=("person", "dog", "aeroplane"))
+    data = build_datasets(from_hyperparameters({"dataset": "voc"}), str(tmp_path))
+    assert data.classes == VOC_CLASSES and (len(data.train), len(data.val)) == (8, 3)
+    theirs = {"train": VOCDetection(root=str(tmp_path / "VOCdevkit"), splits=[(2007, "trainval"), (2012, "trainval")]),
+              "val": VOCDetection(root=str(tmp_path / "VOCdevkit"), splits=[(2007, "test")])}
+    for split, ours in (("train", data.train), ("val", data.val)):
+        assert len(ours) == len(theirs[split])
+        for i in range(len(ours)):
+            image, label = ours[i]
+            their_image, their_label = theirs[split][i]
+            assert image.shape == their_image.shape
+            np.testing.assert_allclose(label, their_label)
+    assert {int(c) for i in range(len(data.train)) for c in data.train[i][1][:, 4]} <= {0, 11, 14}

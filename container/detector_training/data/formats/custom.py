@@ -12,7 +12,7 @@ import logging
 import os
 
 from detector_training.data.formats.data_format import VALIDATION_CHANNEL, LabelledFormat
-from detector_training.data.formats.voc import VOC, VOC_PRESET, check_voc_splits
+from detector_training.data.formats.voc import VOC, VOC_PRESET, check_voc_splits, devkit_split
 from detector_training.data.layouts import split_names, voc_exports
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
@@ -27,6 +27,11 @@ def where_found(export, channel_path):
     """"<layout> in <folder>" for the log and the recognition message."""
     folder = os.path.relpath(export.root, channel_path)
     return export.layout if folder == "." else "%s in %s" % (export.layout, folder)
+
+
+def _lower(classes):
+    """A VOCdevkit tree's class names are read in lower case (as GluonCV's VOC reader reads them)."""
+    return tuple(c.lower() for c in classes)
 
 
 class CustomVOC(LabelledFormat):
@@ -84,12 +89,12 @@ class CustomVOC(LabelledFormat):
 
     def read_labelled(self, data_root, split, config):
         if find_year_dirs(data_root):
-            return self._devkit_split(data_root, split, config)
+            return devkit_split(data_root, split, config, _lower(config.classes))
         train_dir = self.channel_path(data_root, "train")
         if train_dir is None:
             return None
         if find_year_dirs(train_dir):  # the channels folder (the data check): a VOCdevkit channel
-            return self._devkit_split(train_dir, split, config)
+            return devkit_split(train_dir, split, config, _lower(config.classes))
         export = self._export(train_dir)
         if split == "train":
             names = split_names(export, "train")
@@ -115,11 +120,3 @@ class CustomVOC(LabelledFormat):
     def _export(self, folder):
         return self.export_in(folder, voc_exports.find_export, "Pascal VOC XML annotations",
                               "put the export as the labelling tool wrote it in the channel.")
-
-    @staticmethod
-    def _devkit_split(data_root, split, config):
-        names = list(config.train_splits if split == "train" else config.val_splits)
-        if not names:
-            return None
-        export = voc_exports.find_export(data_root)
-        return export.read(names, tuple(c.lower() for c in config.classes))

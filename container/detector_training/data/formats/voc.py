@@ -1,25 +1,43 @@
 """The official Pascal VOC 2007/2012 (dataset=voc: its 20 classes; the tars from the channel,
-data_s3_uri or the mirrors), read with GluonCV's VOC reader. Your own classes in VOC XML, in a
-VOCdevkit tree or a labelling tool's export, are dataset=custom (custom.py)."""
+data_s3_uri or the mirrors), read into the labelled form every format reads into (its VOCdevkit
+tree through data/layouts/voc_exports.py, as dataset=custom reads one), once. Your own classes in
+VOC XML, in a VOCdevkit tree or a labelling tool's export, are dataset=custom (custom.py)."""
 
 import os
-from xml.etree import ElementTree as ET
 
-from detector_training.values import is_voc_split, voc_splits
+from detector_training.values import is_voc_split
 from detector_training.errors import DataError
-from detector_training.data.common import Datasets, SubsetDataset
-from detector_training.data.formats.data_format import DataFormat
-from detector_training.data.negatives import log_empty
+from detector_training.data.formats.data_format import LabelledFormat
+from detector_training.data.layouts import voc_exports
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import DATA_CHANNELS, acquire_voc
-from detector_training.data.voc_layout import VOC_TARS, find_devkit
+from detector_training.data.voc_layout import VOC_TARS, find_year_dirs
 
 VOC_SPLITS = ("2007_trainval", "2012_trainval")
 VOC_VAL_SPLITS = ("2007_test",)
+# The official dataset's 20 classes in its order (GluonCV's VOCDetection.CLASSES; a test holds
+# them equal): its label rows index this list.
+VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
+               "cow", "diningtable", "dog", "horse", "motorbike", "person", "pottedplant",
+               "sheep", "sofa", "train", "tvmonitor")
 # GluonCV's train_faster_rcnn.py defaults for VOC. lr_base_batch_size is the global batch the
 # published learning rate was tuned for (4 GPUs x 1 image).
 VOC_PRESET = dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
                   lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS)
+
+
+def devkit_split(data_root, split, config, classes=()):
+    """``split``'s ("train": ``train_splits``; else ``val_splits``) images of the VOCdevkit tree
+    under ``data_root`` as one LabelledSet (``classes``: keep only these, counted), None when no
+    split is configured."""
+    names = list(config.train_splits if split == "train" else config.val_splits)
+    if not names:
+        return None
+    export = voc_exports.find_export(data_root)
+    if export is None:
+        raise DataError("no VOCdevkit/VOC<year> tree under %s." % data_root,
+                        "provide the VOC tars or an extracted VOCdevkit in the 'voc' channel.")
+    return export.read(names, classes)
 
 
 def check_voc_splits(config):
@@ -33,14 +51,14 @@ def check_voc_splits(config):
     return problems
 
 
-class VOC(DataFormat):
+class VOC(LabelledFormat):
     """The official Pascal VOC 2007/2012: recognised by its tars in the channel."""
 
     name = "voc"
     title = "Pascal VOC 2007/2012 (20 classes)"
     channels = DATA_CHANNELS
     preset = VOC_PRESET
-    fixed_classes = True  # GluonCV's VOCDetection: its 20 classes, in its order
+    fixed_classes = True  # its 20 classes, in its order
 
     def recognise(self, channel):
         tars = [name for name, _ in VOC_TARS if name in channel.names()]
@@ -69,91 +87,18 @@ class VOC(DataFormat):
         if not os.path.isdir(os.path.join(channel, "VOCdevkit")):
             generate(channel, n_train, n_test, n_train_2012, seed=seed)
 
-    def read(self, config, data_root, instances=False):
-        from gluoncv.data import VOCDetection
+    def read_labelled(self, data_root, split, config):
+        return devkit_split(data_root, split, config, VOC_CLASSES)
 
-        return _voc_datasets(config, data_root, tuple(VOCDetection.CLASSES))
+    def labelled(self, channels_dir, split, config):
+        """The data check: the extracted VOCdevkit tree of the data channel (the job's own
+        extraction when the job reads it); tars not yet extracted are described when the job
+        extracts them."""
+        if not find_year_dirs(channels_dir):
+            path = next((os.path.join(channels_dir, c) for c in self.channels
+                         if os.path.isdir(os.path.join(channels_dir, c))), None)
+            if path is None or not find_year_dirs(path):
+                raise NotImplementedError
+            channels_dir = path
+        return self.read_once(channels_dir, split, config)
 
-
-def _check_split_files(devkit, splits):
-    for year, name in splits:
-        path = os.path.join(devkit, "VOC%d" % year, "ImageSets", "Main", name + ".txt")
-        if not os.path.isfile(path):
-            raise DataError("split file %s is missing." % path,
-                            "add it, or choose existing splits with train_splits/val_splits.")
-
-
-def _split_ids(devkit, splits):
-    for year, name in splits:
-        path = os.path.join(devkit, "VOC%d" % year, "ImageSets", "Main", name + ".txt")
-        with open(path) as handle:
-            for line in handle:
-                if line.strip():
-                    yield os.path.join(devkit, "VOC%d" % year), line.strip().split()[0]
-
-
-def infer_voc_classes(devkit, splits):
-    """Sorted object names found in the annotations of the given splits."""
-    names = set()
-    for base, image_id in _split_ids(devkit, splits):
-        tree = ET.parse(os.path.join(base, "Annotations", image_id + ".xml"))
-        names.update(obj.find("name").text.strip().lower() for obj in tree.iter("object"))
-    if not names:
-        raise DataError("no objects found in the annotations of the training splits.",
-                        "check the Annotations folder, or name the classes with 'classes'.")
-    return tuple(sorted(names))
-
-
-def voc_aspect_ratios(items):
-    """width / height per (VOC folder, image id), read from the annotation's <size> (GluonCV's VOC
-    reader has no get_im_aspect_ratio); 1.0 where the size is missing."""
-    ratios = []
-    for base, image_id in items:
-        try:
-            size = ET.parse(os.path.join(base, "Annotations", image_id + ".xml")).find("size")
-            ratios.append(float(size.find("width").text) / float(size.find("height").text))
-        except (AttributeError, ValueError, ZeroDivisionError, OSError, ET.ParseError):
-            ratios.append(1.0)
-    return ratios
-
-
-def _voc_dataset(devkit, splits, classes, what, skip_empty):
-    """GluonCV's VOC reader for ``classes``; images without any object of those classes (GluonCV
-    skips other class names) are left out with ``skip_empty``, else kept as negatives."""
-    from gluoncv.data import VOCDetection
-
-    cls = VOCDetection
-    if tuple(classes) != tuple(VOCDetection.CLASSES):
-        cls = type("CustomVOCDetection", (VOCDetection,), {"CLASSES": tuple(classes)})
-    dataset = cls(root=devkit, splits=splits)
-    with_objects = [i for i in range(len(dataset)) if len(dataset._label_cache[i])]  # pylint: disable=protected-access
-    if not with_objects:
-        raise DataError("no %s image has an object of the classes %s (GluonCV reads names in "
-                        "lower case)." % (what, ", ".join(classes)),
-                        "name classes as they appear in the annotations, or leave 'classes' "
-                        "empty to read them from the annotations.")
-    log_empty(what, len(dataset) - len(with_objects), len(dataset), skip_empty)
-    keep = with_objects if skip_empty else list(range(len(dataset)))
-    items = [dataset._items[i] for i in keep]  # pylint: disable=protected-access
-    paths = [os.path.join(base, "JPEGImages", image_id + ".jpg") for base, image_id in items]
-    return SubsetDataset(dataset, keep, paths), items
-
-
-def _voc_datasets(config, data_root, classes):
-    """The VOCdevkit tree's splits; ``classes``: the fixed class list, else None (the configured
-    classes, else those found in the training annotations)."""
-    train_splits = voc_splits(config.train_splits)
-    # A carved validation split (val_fraction) reads no validation split files.
-    val_splits = voc_splits(config.val_splits) if config.val_fraction <= 0 else []
-    years = sorted({y for y, _ in train_splits + val_splits})
-    devkit = find_devkit(data_root, years)
-    _check_split_files(devkit, train_splits + val_splits)
-    if classes is None:
-        classes = tuple(c.lower() for c in config.classes) or infer_voc_classes(devkit, train_splits)
-    train, train_items = _voc_dataset(devkit, train_splits, classes, "training", config.skip_empty)
-    if not val_splits:
-        return Datasets(train=train, val=None, classes=classes,
-                        aspect_ratios=voc_aspect_ratios(train_items))
-    val, val_items = _voc_dataset(devkit, val_splits, classes, "validation", config.skip_empty)
-    return Datasets(train=train, val=val, classes=classes, aspect_ratios=voc_aspect_ratios(train_items),
-                    val_aspect_ratios=voc_aspect_ratios(val_items))
