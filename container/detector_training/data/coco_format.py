@@ -109,6 +109,22 @@ def read_document(path):
     return document
 
 
+class Documents:
+    """COCO annotation files read (and checked) once each: ``documents(path)`` is
+    :func:`read_document`'s answer, kept. One job's format instance holds one, so its training
+    readers, a carved split and the data report share each parse. The documents are not changed
+    by their readers (``restricted`` and ``only_images`` make new ones)."""
+
+    def __init__(self):
+        self._read = {}
+
+    def __call__(self, path):
+        key = os.path.realpath(path)
+        if key not in self._read:
+            self._read[key] = read_document(path)
+        return self._read[key]
+
+
 def _check_fields(document, path):
     """The types training and evaluation rely on, each refused with the field that breaks it."""
     for section in ("images", "categories"):  # ids are sorted: numbers and strings do not mix
@@ -259,7 +275,7 @@ def load_splits(reader, read_objects):
     items, objects, ratios, images = [], [], [], []
     for split in reader._splits:  # pylint: disable=protected-access
         path = reader.annotation_files.get(split) or annotation_file(reader._root, split)  # pylint: disable=protected-access
-        document = read_document(path)
+        document = reader.documents(path)
         if not reader._classes:  # pylint: disable=protected-access
             reader._classes = choose_classes(category_names(document, path), reader._requested, path)  # pylint: disable=protected-access
         document = restricted(document, reader._classes, path)  # pylint: disable=protected-access
@@ -303,11 +319,12 @@ def coco_dataset_class():
         CLASSES = ()
 
         def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
-                     **kwargs):
+                     documents=None, **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
             self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
             self.image_ids = image_ids  # the images of the file(s) to read (a carved part); None: all
+            self.documents = documents or read_document  # the job's Documents, where it has one
             super().__init__(root=root, splits=splits, **kwargs)
 
         @property
@@ -336,11 +353,12 @@ def coco_instance_class():
         CLASSES = ()
 
         def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
-                     **kwargs):
+                     documents=None, **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
             self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
             self.image_ids = image_ids  # the images of the file(s) to read (a carved part); None: all
+            self.documents = documents or read_document  # the job's Documents, where it has one
             self.images = []
             super().__init__(root=root, splits=splits, **kwargs)
 

@@ -10,7 +10,8 @@ import builtin_exports as bx
 import exports
 import ground_truth as gt
 from detector_training.data import formats, manifest as manifest_lines
-from detector_training.data.layouts import builtin_json, voc_xml, yolo_labels
+from detector_training.data import coco_format
+from detector_training.data.layouts import builtin_json, coco_exports, voc_xml, yolo_labels
 from detector_training.data.synthetic_voc import generate
 from detector_training.job import check_data
 from detector_training.job.config import from_hyperparameters
@@ -18,7 +19,8 @@ from detector_training.job.config import from_hyperparameters
 # (module, function, index of its path argument): where each reader parses an annotation file.
 PARSERS = [(voc_xml, "parse_annotation", 1), (yolo_labels, "parse_labels", 1),
            (yolo_labels, "load_yaml", 0), (manifest_lines, "read_lines", 0),
-           (builtin_json, "read_json", 0)]
+           (builtin_json, "read_json", 0), (coco_format, "read_document", 0),
+           (coco_exports, "read_document", 0)]
 
 
 def cvat(data):
@@ -46,7 +48,17 @@ def official_voc(data):  # the VOCdevkit tree the job extracts from the official
              classes=("dog", "person"))
 
 
-LAYOUTS = [("voc", official_voc), ("custom", cvat), ("custom", labelimg), ("yolo", roboflow_yolo),
+def coco_tree(data):  # GluonCV's COCO layout, generated
+    from detector_training.data.synthetic_coco import generate as generate_coco
+
+    generate_coco(os.path.join(data, "coco"), 5, 2, seed=1)
+
+
+def roboflow_coco(data):
+    bx.roboflow_coco(os.path.join(data, "train"), {"train": bx.sample_objects(5), "valid": bx.sample_objects(2)})
+
+
+LAYOUTS = [("voc", official_voc), ("coco", coco_tree), ("coco", roboflow_coco), ("custom", cvat), ("custom", labelimg), ("yolo", roboflow_yolo),
            ("manifest", manifest), ("builtin", builtin_json)]
 
 
@@ -67,7 +79,10 @@ def test_training_and_the_data_report_parse_each_annotation_file_once(tmp_path, 
         monkeypatch.setattr(module, name, counting)
     config = from_hyperparameters({"dataset": dataset})
     fmt = formats.get(dataset)  # the job's one instance, as main.read_data holds it
-    root = os.path.join(data, "voc") if dataset == "voc" else data  # acquire_voc's folder
+    root = {"voc": os.path.join(data, "voc"),  # acquire_voc's folder
+            "coco": os.path.join(data, "coco")}.get(dataset, data)  # the COCO channel
+    if not os.path.isdir(root):  # an export: the channels folder
+        root = data
     datasets = formats.build_datasets(config, root, fmt=fmt)
     report = check_data.DataReport(data, dataset, "the job's dataset")
     check_data.describe(report, fmt, fmt.labelled_root(root, data), config)

@@ -94,19 +94,26 @@ class COCO(DataFormat):
         if not os.path.isdir(os.path.join(channel, ANNOTATIONS)):
             generate(channel, n_train + n_train_2012, n_test, seed=seed)
 
+    @property
+    def documents(self):
+        """The annotation files this instance (the job's one) has read, each read once."""
+        from detector_training.data.coco_format import Documents
+
+        return vars(self).setdefault("_documents", Documents())
+
     def read(self, config, data_root, instances=False):
         if not config.train_annotation_file:
             channel = coco_exports.training_channel(data_root, self.channels)
             if channel and _holds_export(channel, config):
-                return _export_datasets(config, data_root, self.channels, instances)
-        return _coco_datasets(config, data_root, instances)
+                return _export_datasets(config, data_root, self.channels, instances, self.documents)
+        return _coco_datasets(config, data_root, instances, self.documents)
 
     def labelled(self, channels_dir, split, config):
         """The annotation file that ``read`` reads for ``split``, as a LabelledSet: sizes from
         the image entries, crowd boxes left out as in training."""
         from detector_training.data.coco_format import (annotation_file, category_names,
                                                         find_coco_root, image_paths,
-                                                        named_annotation_file, read_document)
+                                                        named_annotation_file)
 
         kind = "train" if split == "train" else "val"
         if not config.train_annotation_file:
@@ -114,7 +121,8 @@ class COCO(DataFormat):
             if channel and _holds_export(channel, config):
                 exports = coco_exports.locate(channels_dir, self.channels)
                 export = exports[0] if kind == "train" else exports[1]
-                return None if export is None else coco_exports.read_labelled(export, channels_dir)
+                return None if export is None else coco_exports.read_labelled(export, channels_dir,
+                                                                              self.documents)
         if config.train_annotation_file:
             root, name, path = named_annotation_file(
                 channels_dir, kind, getattr(config, kind + "_annotation_file"),
@@ -127,7 +135,7 @@ class COCO(DataFormat):
             name = (config.train_splits if kind == "train" else config.val_splits)[0]
             root = find_coco_root(channel, name)
             path = annotation_file(root, name)
-        document = read_document(path)
+        document = self.documents(path)
         return _labelled_document(document, category_names(document, path), path,
                                   lambda entry: image_paths(root, name, entry))
 
@@ -189,20 +197,21 @@ def _holds_export(channel, config):
     return False
 
 
-def _export_datasets(config, channels_dir, channels, instances=False):
+def _export_datasets(config, channels_dir, channels, instances, documents):
     """A labelling tool's COCO export (see layouts/coco_exports.py): its classes (placeholder
     categories left out, or those asked for), the training file's images with objects;
     validation from the validation export, else a seeded tenth of the training file's images by
     id, so that COCO's metric scores exactly those."""
     from detector_training.data.coco_format import (carve_image_ids, coco_dataset_class,
-                                                    coco_instance_class, read_document)
+                                                    coco_instance_class)
 
     train_export, val_export = coco_exports.locate(channels_dir, channels)
     cls = coco_instance_class() if instances else coco_dataset_class()
-    classes = tuple(config.classes) or coco_exports.export_classes(train_export)
+    classes = tuple(config.classes) or coco_exports.export_classes(
+        train_export, documents(train_export.annotation_file))
     train_ids = val_ids = None
     if val_export is None or config.val_fraction > 0:
-        train_ids, val_ids = carve_image_ids(read_document(train_export.annotation_file),
+        train_ids, val_ids = carve_image_ids(documents(train_export.annotation_file),
                                              config.val_fraction or DEFAULT_VAL_FRACTION, config.seed)
         val_export = train_export
     for what, export, ids in (("training", train_export, train_ids),
@@ -212,21 +221,20 @@ def _export_datasets(config, channels_dir, channels, instances=False):
     extra = {} if instances else {"use_crowd": False}
     train = cls(train_export.image_root, [train_export.split], classes,
                 annotation_files={train_export.split: train_export.annotation_file},
-                image_ids=train_ids, skip_empty=config.skip_empty, **extra)
+                image_ids=train_ids, documents=documents, skip_empty=config.skip_empty, **extra)
     val = cls(val_export.image_root, [val_export.split], train.classes,
               annotation_files={val_export.split: val_export.annotation_file},
-              image_ids=val_ids, skip_empty=False)
+              image_ids=val_ids, documents=documents, skip_empty=False)
     return _datasets(train, val, [train_export.split], config.skip_empty)
 
 
-def _coco_datasets(config, data_root, instances=False):
+def _coco_datasets(config, data_root, instances, documents):
     """COCO-format data (see coco_format.py): the training images that have objects of the chosen
     categories; every validation image, in id order, as GluonCV's COCO metrics expect. With
     ``instances``, objects carry their masks (GluonCV's COCOInstance layout)."""
     from detector_training.data.coco_format import (annotation_file, carve_image_ids,
                                                     coco_dataset_class, coco_instance_class,
-                                                    find_coco_root, named_annotation_file,
-                                                    read_document)
+                                                    find_coco_root, named_annotation_file)
 
     cls = coco_instance_class() if instances else coco_dataset_class()
     if config.train_annotation_file:  # files at any path inside the channels (data_root)
@@ -243,17 +251,17 @@ def _coco_datasets(config, data_root, instances=False):
     train_ids = val_ids = None
     if config.val_fraction > 0:  # the validation images carved from the training file, by id
         train_file = files["train"].get(train_splits[0]) or annotation_file(train_root, train_splits[0])
-        train_ids, val_ids = carve_image_ids(read_document(train_file), config.val_fraction,
+        train_ids, val_ids = carve_image_ids(documents(train_file), config.val_fraction,
                                              config.seed)
         val_root, val_splits, files["val"] = train_root, train_splits, files["train"]
         LOG.info("data: coco validation: %d images of %s carved by id (val_fraction=%g, seed %d)",
                  len(val_ids), os.path.basename(train_file), config.val_fraction, config.seed)
     # Crowd boxes are left out of training (the instance reader always leaves them out).
     train = cls(train_root, train_splits, config.classes, annotation_files=files["train"],
-                image_ids=train_ids, skip_empty=config.skip_empty,
+                image_ids=train_ids, documents=documents, skip_empty=config.skip_empty,
                 **({} if instances else {"use_crowd": False}))
     val = cls(val_root, val_splits, train.classes, annotation_files=files["val"],
-              image_ids=val_ids, skip_empty=False)
+              image_ids=val_ids, documents=documents, skip_empty=False)
     return _datasets(train, val, train_splits, config.skip_empty)
 
 

@@ -190,11 +190,11 @@ def image_candidates(export, file_name):
     return [c for c in inside if c]
 
 
-def read_labelled(export, channels_dir):
+def read_labelled(export, channels_dir, documents=None):
     """The LabelledSet of one export: boxes in pixels (a crowd region, an image not found:
     counted in Drops), with :func:`labelled.clean`'s quirks settled (a box partly outside its
     image clipped, one with no area dropped, each counted)."""
-    document = read_document(export.annotation_file)
+    document = (documents or read_document)(export.annotation_file)
     placeholders = placeholder_categories(document)
     names = {c["id"]: c["name"] for c in document["categories"]}
     classes = export_classes(export, document)
