@@ -9,6 +9,7 @@ from detector_training.values import is_voc_split, voc_splits
 from detector_training.errors import DataError
 from detector_training.data.common import Datasets, SubsetDataset
 from detector_training.data.formats.data_format import DataFormat
+from detector_training.data.layouts.images import Frame, decode_nd
 from detector_training.data.negatives import log_empty
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import DATA_CHANNELS, acquire_voc
@@ -41,6 +42,7 @@ class VOC(DataFormat):
     channels = DATA_CHANNELS
     preset = VOC_PRESET
     fixed_classes = True  # GluonCV's VOCDetection: its 20 classes, in its order
+    frame = Frame.STORED  # the official images carry no orientation tag
 
     def recognise(self, channel):
         tars = [name for name, _ in VOC_TARS if name in channel.names()]
@@ -72,7 +74,8 @@ class VOC(DataFormat):
     def read(self, config, data_root, instances=False):
         from gluoncv.data import VOCDetection
 
-        return _voc_datasets(config, data_root, tuple(VOCDetection.CLASSES))
+        return _voc_datasets(config, data_root, tuple(VOCDetection.CLASSES),
+                             bool(self.frame.oriented()))
 
 
 def _check_split_files(devkit, splits):
@@ -117,15 +120,27 @@ def voc_aspect_ratios(items):
     return ratios
 
 
-def _voc_dataset(devkit, splits, classes, what, skip_empty):
-    """GluonCV's VOC reader for ``classes``; images without any object of those classes (GluonCV
-    skips other class names) are left out with ``skip_empty``, else kept as negatives."""
+def _voc_class(classes, oriented):
+    """GluonCV's VOC reader for ``classes``, its images decoded by ``images.decode`` (turned
+    upright by their EXIF tag when ``oriented``)."""
     from gluoncv.data import VOCDetection
 
-    cls = VOCDetection
-    if tuple(classes) != tuple(VOCDetection.CLASSES):
-        cls = type("CustomVOCDetection", (VOCDetection,), {"CLASSES": tuple(classes)})
-    dataset = cls(root=devkit, splits=splits)
+    def __getitem__(self, idx):  # GluonCV's, but for the decoder
+        img_id = self._items[idx]
+        label = self._label_cache[idx] if self._label_cache else self._load_label(idx)
+        img = decode_nd(self._image_path.format(*img_id), oriented)
+        if self._transform is not None:
+            return self._transform(img, label)
+        return img, label.copy()
+
+    return type("FramedVOCDetection", (VOCDetection,),
+                {"CLASSES": tuple(classes), "__getitem__": __getitem__})
+
+
+def _voc_dataset(devkit, splits, classes, what, skip_empty, oriented):
+    """GluonCV's VOC reader for ``classes``; images without any object of those classes (GluonCV
+    skips other class names) are left out with ``skip_empty``, else kept as negatives."""
+    dataset = _voc_class(classes, oriented)(root=devkit, splits=splits)
     with_objects = [i for i in range(len(dataset)) if len(dataset._label_cache[i])]  # pylint: disable=protected-access
     if not with_objects:
         raise DataError("no %s image has an object of the classes %s (GluonCV reads names in "
@@ -139,9 +154,10 @@ def _voc_dataset(devkit, splits, classes, what, skip_empty):
     return SubsetDataset(dataset, keep, paths), items
 
 
-def _voc_datasets(config, data_root, classes):
+def _voc_datasets(config, data_root, classes, oriented):
     """The VOCdevkit tree's splits; ``classes``: the fixed class list, else None (the configured
-    classes, else those found in the training annotations)."""
+    classes, else those found in the training annotations); ``oriented``: images turned upright
+    by their EXIF tag."""
     train_splits = voc_splits(config.train_splits)
     # A carved validation split (val_fraction) reads no validation split files.
     val_splits = voc_splits(config.val_splits) if config.val_fraction <= 0 else []
@@ -150,10 +166,12 @@ def _voc_datasets(config, data_root, classes):
     _check_split_files(devkit, train_splits + val_splits)
     if classes is None:
         classes = tuple(c.lower() for c in config.classes) or infer_voc_classes(devkit, train_splits)
-    train, train_items = _voc_dataset(devkit, train_splits, classes, "training", config.skip_empty)
+    train, train_items = _voc_dataset(devkit, train_splits, classes, "training", config.skip_empty,
+                                      oriented)
     if not val_splits:
         return Datasets(train=train, val=None, classes=classes,
                         aspect_ratios=voc_aspect_ratios(train_items))
-    val, val_items = _voc_dataset(devkit, val_splits, classes, "validation", config.skip_empty)
+    val, val_items = _voc_dataset(devkit, val_splits, classes, "validation", config.skip_empty,
+                                  oriented)
     return Datasets(train=train, val=val, classes=classes, aspect_ratios=voc_aspect_ratios(train_items),
                     val_aspect_ratios=voc_aspect_ratios(val_items))
