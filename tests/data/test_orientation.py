@@ -134,3 +134,72 @@ def test_the_recordio_data_check_reads_tagged_records_upright(tmp_path, monkeypa
     assert report.splits[0].orientation.startswith(
         "EXIF orientation: 7 of 8 images carry a tag other than 1; read upright (turned by the "
         "tag): 7, as stored: 0")
+
+
+# --- VOC XML: the frame each XML's <size> matches --------------------------------------------
+
+def _labelimg(root, tags, upright_labelled):
+    """A labelImg export of photos (none square) stored with ``tags``, their XML written for the
+    picture the labeller saw: the upright one (``upright_labelled``: as CVAT shows it), else the
+    stored pixels (as labelImg shows them). The pictures the labeller saw, by photo."""
+    made = [p for p in exports.photos(12, seed=3) if p.image.width != p.image.height][:len(tags)]
+    folder = os.path.join(root, "train", "photos")
+    os.makedirs(folder)
+    for photo, tag, upright in zip(made, tags, upright_labelled):
+        path = os.path.join(folder, photo.name)
+        if upright:  # the file holds the sideways pixels; the labeller saw them turned
+            oriented.save(path, photo.image, tag)
+        else:  # the file holds the pixels the labeller saw, tagged all the same
+            exif = Image.Exif()
+            exif[oriented.TAG] = tag
+            photo.image.convert("RGB").save(path, "JPEG", quality=95, subsampling=0,
+                                            exif=exif.tobytes())
+        with open(os.path.join(folder, photo.stem + ".xml"), "w") as handle:
+            handle.write(exports.labelimg_xml(photo, folder))
+    return [np.asarray(p.image.convert("RGB")) for p in made], made
+
+
+def _custom(root):
+    config = from_hyperparameters({"dataset": "custom", "val_fraction": "0.5"})
+    labelled = formats.get("custom").labelled(root, "train", config)
+    datasets = build_datasets(config, root)
+    return labelled, [datasets.train[i] for i in range(len(datasets.train))] + \
+        [datasets.val[i] for i in range(len(datasets.val))]
+
+
+@pytest.mark.parametrize("upright_labelled", [(True, True), (False, False), (True, False)])
+def test_voc_xml_is_read_in_the_frame_its_size_matches(tmp_path, upright_labelled):
+    seen, made = _labelimg(str(tmp_path), (6, 8), upright_labelled)
+    labelled, samples = _custom(str(tmp_path))
+    assert [im.oriented for im in labelled.images] == list(upright_labelled)
+    assert [im.size for im in labelled.images] == [p.image.size for p in made]
+    matched = []
+    for image, label in samples:  # each decoded as the labeller saw it, its boxes on it
+        match = [n for n in range(2) if oriented.same_picture(image.asnumpy(), seen[n])]
+        assert len(match) == 1
+        matched += match
+        boxes = [[x0, y0, x1, y1] for _name, x0, y0, x1, y1 in made[match[0]].objects]
+        assert np.allclose(np.asarray(label)[:, :4], boxes, atol=1)
+    assert sorted(matched) == [0, 1]
+    report = check_data.check(str(tmp_path), {"dataset": "custom"})
+    upright = sum(upright_labelled)
+    assert ("EXIF orientation: 2 of 2 images carry a tag other than 1; read upright (turned by "
+            "the tag): %d, as stored: %d (per image, the frame its annotation's <size> matches)."
+            % (upright, 2 - upright)) in report.markdown()
+
+
+@pytest.mark.parametrize("upright_labelled", [True, False])
+def test_a_tag_size_cannot_tell_follows_the_export_s_other_photos_else_stored(tmp_path,
+                                                                             upright_labelled):
+    # Tag 3 (upside down) keeps width and height: the <size> matches both frames.
+    seen, _made = _labelimg(str(tmp_path), (3, 6), (upright_labelled, upright_labelled))
+    labelled, _samples = _custom(str(tmp_path))
+    assert [im.oriented for im in labelled.images] == [upright_labelled] * 2
+    assert labelled.adjusted.counts() == {
+        "EXIF-tagged image whose <size> tells no frame (read in the frame the export's other "
+        "<size>s tell, else as stored)": 1}
+    alone = str(tmp_path / "alone")
+    _labelimg(alone, (3,), (False,))
+    labelled = formats.get("custom").labelled(alone, "train",
+                                              from_hyperparameters({"dataset": "custom"}))
+    assert [im.oriented for im in labelled.images] == [False]  # labelImg shows the stored pixels
