@@ -14,6 +14,7 @@ import builtin_exports
 import exports
 import ground_truth
 import oriented
+from conftest import real_export
 from detector_training.data import formats
 from detector_training.data.formats import build_datasets
 from detector_training.data.synthetic_coco import generate as generate_coco
@@ -203,3 +204,36 @@ def test_a_tag_size_cannot_tell_follows_the_export_s_other_photos_else_stored(tm
     labelled = formats.get("custom").labelled(alone, "train",
                                               from_hyperparameters({"dataset": "custom"}))
     assert [im.oriented for im in labelled.images] == [False]  # labelImg shows the stored pixels
+
+
+# --- real photos -------------------------------------------------------------------------------
+
+def test_real_photos_stored_sideways_with_tag_6_read_as_the_upright_ones(tmp_path):
+    """labelImg's raccoon export (upright photos), eight of them, and a copy of those stored as a
+    phone held upright stores them (sideways, tag 6), the XML unchanged."""
+    copies = {}
+    for copy in ("upright", "sideways"):
+        root = real_export("raccoon-labelimg-voc", tmp_path / copy / "train")
+        kept = sorted(os.listdir(os.path.join(root, "annotations")))[:8]
+        for name in os.listdir(os.path.join(root, "annotations")):
+            if name not in kept:
+                os.remove(os.path.join(root, "annotations", name))
+                os.remove(os.path.join(root, "images", name[:-4] + ".jpg"))
+        copies[copy] = str(tmp_path / copy)
+    for name in os.listdir(os.path.join(copies["sideways"], "train", "images")):
+        path = os.path.join(copies["sideways"], "train", "images", name)
+        with Image.open(path) as image:
+            picture = np.asarray(image.convert("RGB"))
+        oriented.save(path, picture, 6)
+    config = from_hyperparameters({"dataset": "custom", "val_fraction": "0.25"})
+    want, got = build_datasets(config, copies["upright"]), build_datasets(config, copies["sideways"])
+    assert len(got.train) + len(got.val) == 8
+    for split in ("train", "val"):
+        for position in range(len(getattr(want, split))):
+            (want_image, want_label) = getattr(want, split)[position]
+            (image, label) = getattr(got, split)[position]
+            assert oriented.same_picture(image.asnumpy(), want_image.asnumpy()), (split, position)
+            assert np.array_equal(label, want_label), (split, position)
+    report = check_data.check(copies["sideways"], {"dataset": "custom"})
+    assert report.ok and ("EXIF orientation: 8 of 8 images carry a tag other than 1; read upright "
+                          "(turned by the tag): 8, as stored: 0") in report.markdown()
