@@ -146,3 +146,11 @@ def test_the_frames_a_format_declares(tmp_path):
     assert images.Frame.BY_SIZE.oriented(mirrored, (40, 30)) is None  # both: undecided
     assert images.Frame.BY_SIZE.oriented(images.Header(40, 30)) is True  # no tag: the same
     assert images.Frame.BY_SIZE.oriented() is None
+
+
+def test_an_image_of_a_format_the_decoder_does_not_read_is_refused_by_its_header(tmp_path):
+    Image.new("RGB", (40, 30)).save(tmp_path / "anim.jpg", "GIF")  # a GIF under a JPEG's name
+    with pytest.raises(DataError, match=r"image .*anim.jpg cannot be read"):
+        images.image_size(str(tmp_path / "anim.jpg"))
+    with pytest.raises(images.UnreadableImage, match="not an image"):
+        images.decode(str(tmp_path / "anim.jpg"))

@@ -93,7 +93,7 @@ def read_header(source, where=None):
     bytes; nothing is decoded), or a DataError naming ``where`` (default: the path)."""
     where = source if where is None else where
     try:
-        with Image.open(source) as image:
+        with Image.open(source, formats=IMAGE_FORMATS) as image:  # those decode() reads
             width, height = image.size
             orientation = _orientation(image)
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError,
