@@ -237,3 +237,26 @@ def test_real_photos_stored_sideways_with_tag_6_read_as_the_upright_ones(tmp_pat
     report = check_data.check(copies["sideways"], {"dataset": "custom"})
     assert report.ok and ("EXIF orientation: 8 of 8 images carry a tag other than 1; read upright "
                           "(turned by the tag): 8, as stored: 0") in report.markdown()
+
+
+def test_the_official_voc_reader_decodes_as_stored(tmp_path):
+    """dataset=voc declares the stored frame (the official images carry no tag): a tag, were one
+    there, would not turn the picture."""
+    from detector_training.data.formats import voc
+    from detector_training.data.synthetic_voc import generate as generate_voc
+
+    assert formats.get("voc").frame.oriented() is False
+    generate_voc(str(tmp_path), train_2007=2, test_2007=1, train_2012=0, seed=2)
+    photo = next(p for p in sorted((tmp_path / "VOCdevkit" / "VOC2007" / "JPEGImages").iterdir()))
+    with Image.open(photo) as image:
+        pixels = np.asarray(image.convert("RGB"))
+    exif = Image.Exif()
+    exif[oriented.TAG] = 6
+    Image.fromarray(pixels).save(photo, "JPEG", quality=95, subsampling=0, exif=exif.tobytes())
+    config = from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval",
+                                   "val_splits": "2007_test"})
+    datasets = voc._voc_datasets(config, str(tmp_path), None,  # pylint: disable=protected-access
+                                 formats.get("voc").frame.oriented())
+    found = [datasets.train[i][0].asnumpy() for i in range(len(datasets.train))] + \
+        [datasets.val[i][0].asnumpy() for i in range(len(datasets.val))]
+    assert any(oriented.same_picture(image, pixels) for image in found)
