@@ -239,24 +239,37 @@ def test_real_photos_stored_sideways_with_tag_6_read_as_the_upright_ones(tmp_pat
                           "(turned by the tag): 8, as stored: 0") in report.markdown()
 
 
-def test_the_official_voc_reader_decodes_as_stored(tmp_path):
+def _devkit(root, picture, tag):
+    """A VOCdevkit/VOC2007 tree of one photo (trainval and test), a cat in it, the XML written
+    for the stored pixels as the official annotations are; the photo stored with ``tag``."""
+    base = os.path.join(root, "VOCdevkit", "VOC2007")
+    for folder in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
+        os.makedirs(os.path.join(base, folder))
+    height, width = picture.shape[:2]
+    exif = Image.Exif()
+    exif[oriented.TAG] = tag
+    Image.fromarray(picture).save(os.path.join(base, "JPEGImages", "000001.jpg"), "JPEG",
+                                  quality=95, subsampling=0, exif=exif.tobytes())
+    with open(os.path.join(base, "Annotations", "000001.xml"), "w") as handle:
+        handle.write("<annotation><filename>000001.jpg</filename><size><width>%d</width>"
+                     "<height>%d</height><depth>3</depth></size><object><name>cat</name>"
+                     "<difficult>0</difficult><bndbox><xmin>2</xmin><ymin>3</ymin><xmax>20</xmax>"
+                     "<ymax>12</ymax></bndbox></object></annotation>" % (width, height))
+    for split in ("trainval", "test"):
+        with open(os.path.join(base, "ImageSets", "Main", split + ".txt"), "w") as handle:
+            handle.write("000001\n")
+
+
+def test_the_official_voc_is_read_as_stored(tmp_path):
     """dataset=voc declares the stored frame (the official images carry no tag): a tag, were one
     there, would not turn the picture."""
-    from detector_training.data.formats import voc
-    from detector_training.data.synthetic_voc import generate as generate_voc
-
     assert formats.get("voc").frame.oriented() is False
-    generate_voc(str(tmp_path), train_2007=2, test_2007=1, train_2012=0, seed=2)
-    photo = next(p for p in sorted((tmp_path / "VOCdevkit" / "VOC2007" / "JPEGImages").iterdir()))
-    with Image.open(photo) as image:
-        pixels = np.asarray(image.convert("RGB"))
-    exif = Image.Exif()
-    exif[oriented.TAG] = 6
-    Image.fromarray(pixels).save(photo, "JPEG", quality=95, subsampling=0, exif=exif.tobytes())
-    config = from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval",
-                                   "val_splits": "2007_test"})
-    datasets = voc._voc_datasets(config, str(tmp_path), None,  # pylint: disable=protected-access
-                                 formats.get("voc").frame.oriented())
-    found = [datasets.train[i][0].asnumpy() for i in range(len(datasets.train))] + \
-        [datasets.val[i][0].asnumpy() for i in range(len(datasets.val))]
-    assert any(oriented.same_picture(image, pixels) for image in found)
+    picture = oriented.upright((64, 48))
+    _devkit(str(tmp_path), picture, 6)
+    datasets = build_datasets(from_hyperparameters(
+        {"dataset": "voc", "train_splits": "2007_trainval", "val_splits": "2007_test"}),
+        str(tmp_path))
+    for dataset in (datasets.train, datasets.val):
+        image, label = dataset[0]
+        assert oriented.same_picture(image.asnumpy(), picture)
+        assert np.array_equal(np.asarray(label)[0, :4], [1, 2, 19, 11])  # 1-based, read 0-based
