@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import oriented
 from detector_training import inference
 from detector_training.core import model_dir as layout
 from conftest import SERVED_JOBS
@@ -217,6 +218,19 @@ def test_decoded_image_is_rgb_uint8_at_its_stored_size(rgb_image):
     rgb = inference.decode_image(encoded(rgb_image, "PNG"))
     assert rgb.dtype == np.uint8 and rgb.shape == (rgb_image.height, rgb_image.width, 3)
     assert (rgb == np.asarray(rgb_image)).all()
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("orientation", oriented.ORIENTATIONS)
+def test_a_photo_stored_sideways_is_decoded_upright_as_its_viewer_sees_it(rgb_image, orientation,
+                                                                         fmt, tmp_path):
+    path = oriented.save(str(tmp_path / ("phone." + fmt.lower())), rgb_image, orientation, fmt)
+    with open(path, "rb") as handle:
+        served = inference.decode_image(io.BytesIO(handle.read()))  # a request's body (serve)
+    assert oriented.same_picture(served, np.asarray(rgb_image))
+    assert oriented.same_picture(inference.read_image(path), np.asarray(rgb_image))  # predict
+    if fmt == "PNG":  # lossless: the very pixels
+        assert (served == np.asarray(rgb_image)).all()
 
 
 def test_grey_palette_rgba_cmyk_and_16_bit_images_are_converted(rgb_image):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import oriented
 from detector_training import inference, predict
 from detector_training.core import model_dir as layout
 from detector_training.data.synthetic_voc import make_image
@@ -166,6 +167,21 @@ def one_line_error(result):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("detector-predict: error: ")
     return lines[0]
+
+
+def test_a_photo_stored_sideways_is_answered_and_drawn_upright(model_dir, model, image_path, tmp_path):
+    upright = pixels(image_path).astype(np.uint8)
+    reference = str(tmp_path / "upright.png")
+    Image.fromarray(upright).save(reference)
+    sideways = oriented.save(str(tmp_path / "phone.png"), upright, 6)  # lossless: the same pixels
+    out_png, out_json = tmp_path / "drawn.png", tmp_path / "dets.json"
+    assert predict.main([model_dir, sideways, "--output", str(out_png), "--threshold", "0",
+                         "--json", str(out_json)]) == 0
+    detections, expected = json.load(open(out_json)), detect(model, reference, 0.0)
+    assert detections and [d["class"] for d in detections] == [d["class"] for d in expected]
+    np.testing.assert_allclose([d["box"] + [d["score"]] for d in detections],
+                               [d["box"] + [d["score"]] for d in expected], atol=1e-4)
+    assert pixels(str(out_png)).shape == upright.shape  # drawn on the upright picture
 
 
 def test_missing_image_is_a_one_line_error(model_dir, tmp_path):

@@ -5,12 +5,13 @@ the evaluation report and the serving benchmark all run.
   ``core/archive.py``'s policy) through ``core/model_dir.py``'s readers: the exported pair
   ``model-symbol.json`` + ``model-0000.params``, ``classes.json`` and ``config.json``;
 * **decode**: image bytes to RGB pixels with Pillow under a policy (formats, a pixel cap read
-  from the header, truncated files refused, grey/palette/RGBA/CMYK/16-bit converted);
+  from the header, truncated files refused, grey/palette/RGBA/CMYK/16-bit converted), turned
+  upright by the EXIF orientation tag (``data/layouts/images.decode``, the training readers' one);
 * **detect**: the image resized as the R-CNN families' validation resizes it (short side = the
   last training scale, longer side capped at ``max_size``), or to the data shape's square
   (``short`` x ``short``) for a family whose ``test_resize`` says so (SSD, YOLOv3), the forward pass, and boxes back in the pixel coordinates of the original
-  image (its stored pixel grid: like MXNet's decoder, EXIF orientation is not applied), with
-  masks as COCO's compressed RLE for a model that segments.
+  image as decoded (upright: a photo stored sideways with an orientation tag is answered in the
+  frame its viewer sees), with masks as COCO's compressed RLE for a model that segments.
 
 Nothing here imports MXNet at import time: ``serve``'s master process reads the defaults and
 checks a model directory without it.
@@ -31,10 +32,9 @@ DEFAULT_MAX_DETECTIONS = 100
 
 MAX_SIDE = 8192  # pixels: a model asking for larger test images is not one this module runs
 
-# Decoding policy for image bytes: these formats only, and at most this many pixels (checked from
-# the header, before any pixel is decoded). A 50-megapixel photo passes; a decompression bomb
-# (a small file that declares a huge canvas) does not.
-IMAGE_FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP")
+# Decoding policy for image bytes: the formats of data/layouts/images.py, and at most this many
+# pixels (checked from the header, before any pixel is decoded). A 50-megapixel photo passes; a
+# decompression bomb (a small file that declares a huge canvas) does not.
 MAX_IMAGE_PIXELS = 64_000_000
 
 
@@ -189,44 +189,27 @@ def _load_directory(directory, source, ctx):
 
 # --- decode ------------------------------------------------------------------------------------
 
-def decode_image(stream, max_pixels=MAX_IMAGE_PIXELS):
+def decode_image(stream, max_pixels=MAX_IMAGE_PIXELS, oriented=True):
     """The image in ``stream`` (a path or a binary file object) as an RGB uint8 array of shape
-    (height, width, 3), decoded by Pillow under the policy above. Grey-scale, palette, RGBA,
-    CMYK and 16-bit images are converted (16-bit values scaled to 8 bits), not refused; a
-    truncated file is refused (GluonCV sets Pillow's LOAD_TRUNCATED_IMAGES process-wide when
-    ``gluoncv.data`` is imported, which would fill the missing part with grey)."""
-    import numpy as np
-    from PIL import Image, ImageFile
+    (height, width, 3): ``data/layouts/images.decode``, the training readers' decoder, upright
+    (turned by its EXIF orientation tag as browsers and labelling tools show it: a model answers
+    boxes in the picture its user sees) unless ``oriented`` is false (labels of the stored
+    pixels). BadImage when it is not one that decoder reads."""
+    from detector_training.data.layouts import images
 
-    previous = ImageFile.LOAD_TRUNCATED_IMAGES
-    ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:
-        with Image.open(stream, formats=IMAGE_FORMATS) as img:
-            width, height = img.size
-            if width * height > max_pixels:
-                raise BadImage("image too large: %d x %d pixels is more than the %d allowed"
-                               % (width, height, max_pixels))
-            img.load()
-            if img.mode in ("I;16", "I;16L", "I;16B", "I"):  # 16-bit grey: scale, do not clip
-                grey = np.asarray(img, dtype=np.float64).clip(0, 65535) / 257.0
-                return np.repeat(np.rint(grey).astype(np.uint8)[:, :, None], 3, axis=2)
-            return np.asarray(img.convert("RGB"), dtype=np.uint8)
-    except BadImage:
-        raise
-    except Image.UnidentifiedImageError:
-        raise BadImage("not an image: the bytes are none of %s" % ", ".join(IMAGE_FORMATS)) from None
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise BadImage("cannot decode the image: %s" % one_line(exc)) from None
-    finally:
-        ImageFile.LOAD_TRUNCATED_IMAGES = previous
+        return images.decode(stream, oriented=oriented, max_pixels=max_pixels)
+    except images.UnreadableImage as exc:
+        raise BadImage(str(exc)) from None
 
 
-def read_image(image_path):
-    """The image file as an RGB array; InferenceError naming the file when it cannot be used."""
+def read_image(image_path, oriented=True):
+    """The image file as an RGB array (see ``decode_image``); InferenceError naming the file when
+    it cannot be used."""
     if not os.path.isfile(image_path):
         raise InferenceError("image not found: %s" % image_path)
     try:
-        return decode_image(image_path)
+        return decode_image(image_path, oriented=oriented)
     except BadImage as exc:
         raise InferenceError("cannot read image %s: %s" % (image_path, exc)) from None
 
@@ -358,12 +341,12 @@ def labelled_set_samples(labelled, classes):
         if unknown:
             raise InferenceError("%s: class %s is not one of the model's classes (%s)"
                                  % (image.where or image.path, ", ".join(unknown), ", ".join(classes)))
-        rgb = read_image(image.path)
+        rgb = read_image(image.path, image.oriented)
         yield (os.path.basename(image.path), rgb,
                np.array([[b.xmin, b.ymin, b.xmax, b.ymax] for b in image.boxes]).reshape((-1, 4)),
                np.array([index[b.label] for b in image.boxes], dtype=int),
                np.array([b.difficult for b in image.boxes], dtype=bool),
-               lambda path=image.path: read_image(path))
+               lambda path=image.path, oriented=image.oriented: read_image(path, oriented))
 
 
 def evaluate(model, samples, out_dir, size_ious=None):

@@ -17,6 +17,7 @@ import json
 import os
 
 from detector_training.core.files import json_preview, path_inside, read_json
+from detector_training.data.layouts.images import decode_nd
 from detector_training.data.negatives import negative_label
 from detector_training.errors import DataError
 
@@ -309,6 +310,7 @@ def load_splits(reader, read_objects):
 
 
 def coco_dataset_class():
+    import numpy as np
     from gluoncv.data import COCODetection
 
     class CocoFormatDetection(COCODetection):
@@ -319,17 +321,26 @@ def coco_dataset_class():
         CLASSES = ()
 
         def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
-                     documents=None, **kwargs):
+                     oriented=True, documents=None, **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
             self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
             self.image_ids = image_ids  # the images of the file(s) to read (a carved part); None: all
+            self.oriented = oriented  # images turned upright by their EXIF tag (the format's frame)
             self.documents = documents or read_document  # the job's Documents, where it has one
             super().__init__(root=root, splits=splits, **kwargs)
 
         @property
         def classes(self):
             return self._classes
+
+        def __getitem__(self, idx):
+            """GluonCV's item, the image decoded in the format's frame."""
+            img = decode_nd(self._items[idx], self.oriented)
+            label = self._labels[idx]
+            if self._transform is not None:
+                return self._transform(img, label)
+            return img, np.array(label).copy()
 
         def _load_jsons(self):
             # GluonCV's box reader gives an image without objects [] (a placeholder row when
@@ -353,18 +364,27 @@ def coco_instance_class():
         CLASSES = ()
 
         def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
-                     documents=None, **kwargs):
+                     oriented=True, documents=None, **kwargs):
             self._requested = tuple(classes)
             self._classes = ()
             self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
             self.image_ids = image_ids  # the images of the file(s) to read (a carved part); None: all
             self.documents = documents or read_document  # the job's Documents, where it has one
             self.images = []
+            self.oriented = oriented  # images turned upright by their EXIF tag (the format's frame)
             super().__init__(root=root, splits=splits, **kwargs)
 
         @property
         def classes(self):
             return self._classes
+
+        def __getitem__(self, idx):
+            """GluonCV's item, the image decoded in the format's frame."""
+            img = decode_nd(self._items[idx], self.oriented)
+            label, segm = self._labels[idx], self._segms[idx]
+            if self._transform is not None:
+                return self._transform(img, label, segm)
+            return img, label, segm
 
         def _load_jsons(self):
             items, objects, ratios, self.images = load_splits(self, self._instances)

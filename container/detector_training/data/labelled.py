@@ -36,12 +36,17 @@ class Box:
 @dataclass
 class LabelledImage:
     """An image file and its boxes. ``size`` is (width, height) as its header or annotation
-    states it, or None when unknown; ``where`` names the annotation it came from."""
+    states it, or None when unknown; ``where`` names the annotation it came from.
+    ``orientation`` is its EXIF orientation tag (1: none; None: not read, its size being the
+    annotation's); ``oriented`` whether its boxes and size are in the upright frame (the tag
+    applied when it is decoded) rather than the stored one (see ``layouts/images.Frame``)."""
 
     path: str
     boxes: list = field(default_factory=list)
     size: tuple = None
     where: str = ""
+    orientation: int = None
+    oriented: bool = True
 
     def key(self):
         """What makes two entries the same image (a layout storing several images in one file

@@ -2,7 +2,8 @@
 
 Given a folder laid out as ``/opt/ml/input/data`` (channels as sub-folders) or one channel's
 folder, it says the format found (the formats' own recognition), images and objects per class
-and split, negatives, what the reader left out and why (its ``Drops``), and the problems that
+and split, negatives, the images carrying an EXIF orientation tag and the frame (upright or as
+stored) each is read in, what the reader left out and why (its ``Drops``), and the problems that
 would stop the job, each with its fix. The job runs the same check on rank 0 once its data is
 read and writes the report into the model directory (``data_report.md``, ``data_report.png``).
 
@@ -56,6 +57,7 @@ class SplitReport:
     objects: OrderedDict  # class -> boxes of the trained classes
     drops: Drops
     box_sides: list = field(default_factory=list)  # sqrt(width * height) in pixels, per box
+    orientation: str = ""  # the images with an EXIF orientation tag, and the frame they are read in
 
 
 @dataclass
@@ -89,8 +91,10 @@ class DataReport:
         for split in self.splits:
             lines += ["", "## %s: %s" % (split.what.capitalize(), split.layout), "",
                       "%d images, %d of them negatives (no box of the trained classes), %d objects."
-                      % (split.images, split.negatives, sum(split.objects.values())), "",
-                      "| class | objects |", "|---|---:|"]
+                      % (split.images, split.negatives, sum(split.objects.values())), ""]
+            if split.orientation:
+                lines += [split.orientation, ""]
+            lines += ["| class | objects |", "|---|---:|"]
             lines += ["| %s | %d |" % (_cell(name), count) for name, count in split.objects.items()]
             if split.drops:
                 lines += ["", "Left out:", "", "| reason | count | first places |", "|---|---:|---|"]
@@ -113,6 +117,8 @@ class DataReport:
             lines.append("%s: %s, %d images (%d negatives), objects per class: %s" % (
                 split.what, split.layout, split.images, split.negatives,
                 ", ".join("%s %d" % item for item in split.objects.items()) or "none"))
+            if split.orientation:
+                lines.append("%s: %s" % (split.what, split.orientation))
             lines += ["%s: left out: %s: %d (%s)" % (split.what, reason, count, ", ".join(
                 split.drops.examples(reason))) for reason, count in split.drops.counts().items()]
         lines += self.notes
@@ -271,7 +277,7 @@ def describe(report, fmt, channels_dir, config):
         labelled = sets.get(split)
         if labelled is None:
             continue
-        summary = summarise(labelled, classes, what)
+        summary = summarise(labelled, classes, what, fmt.frame)
         report.splits.append(summary)
         if not summary.images:
             report.problems.append(Problem("the %s data (%s) has no image." % (what, summary.layout),
@@ -287,9 +293,10 @@ def fmt_default_fraction(fmt):
     return getattr(fmt, "DEFAULT_VAL_FRACTION", 0.1)
 
 
-def summarise(labelled, classes, what):
+def summarise(labelled, classes, what, frame=None):
     """A SplitReport of a LabelledSet: boxes of classes not in ``classes`` counted as dropped
-    (as the job drops them), images without a kept box counted as negatives."""
+    (as the job drops them), images without a kept box counted as negatives, images with an EXIF
+    orientation tag counted by the frame they are read in (the format's ``frame``)."""
     drops = Drops().merge(labelled.drops)
     objects = OrderedDict((name, 0) for name in classes)
     sides, negatives = [], 0
@@ -300,7 +307,22 @@ def summarise(labelled, classes, what):
             sides.append(math.sqrt(max(box.xmax - box.xmin, 0.0) * max(box.ymax - box.ymin, 0.0)))
         negatives += not kept
     return SplitReport(what, labelled.layout or "", len(labelled.images), negatives, objects,
-                       drops, sides)
+                       drops, sides, orientation_line(labelled.images, frame))
+
+
+def orientation_line(images, frame):
+    """What the report says of the images' EXIF orientation tags and the frame each is read in."""
+    read = [image for image in images if image.orientation is not None]
+    how = " (%s)" % frame.value if frame is not None else ""
+    if not read:
+        return ("EXIF orientation: not read, the sizes being the annotation file's; images are "
+                "decoded in the format's frame%s." % how) if images else ""
+    tagged = [image for image in read if image.orientation != 1]
+    upright = sum(1 for image in tagged if image.oriented)
+    unread = " (%d not read)" % (len(images) - len(read)) if len(read) < len(images) else ""
+    return ("EXIF orientation: %d of %d images%s carry a tag other than 1; read upright (turned "
+            "by the tag): %d, as stored: %d%s." % (len(tagged), len(read), unread, upright,
+                                                   len(tagged) - upright, how))
 
 
 # --- the picture -----------------------------------------------------------------------------

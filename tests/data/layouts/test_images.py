@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import oriented
 from detector_training.data.layouts import images
 from detector_training.errors import DataError
 
@@ -39,7 +40,7 @@ def test_the_training_reader_decodes_every_mode_to_three_channels_of_8_bits(tmp_
     import mxnet as mx
 
     for name, colour in _mode_images(str(tmp_path)).items():
-        pixels = mx.image.imread(str(tmp_path / name), 1).asnumpy()  # what the datasets call
+        pixels = images.decode_nd(str(tmp_path / name), True).asnumpy()  # what the datasets call
         assert pixels.shape == (30, 40, 3) and pixels.dtype == np.uint8, name
         assert np.abs(pixels[15, 20].astype(int) - colour).max() <= 3, (name, pixels[15, 20])
 
@@ -101,11 +102,55 @@ def test_among_several_the_one_beside_then_the_closest_folders(tmp_path):
         index.find("c.jpg", str(tmp_path / "xml" / "c.xml"))
 
 
-def test_an_exif_orientation_is_not_applied_by_the_size_or_the_decoder(tmp_path):
+@pytest.mark.parametrize("orientation", oriented.ORIENTATIONS)
+def test_each_orientation_tag_is_read_from_the_header_and_decoded_upright(tmp_path, orientation):
     import mxnet as mx
 
+    picture = oriented.upright((64, 48))
+    path = oriented.save(str(tmp_path / "phone.jpg"), picture, orientation)
+    header = images.read_header(path)
+    turns = orientation >= 5
+    assert header.orientation == orientation and header.tagged == (orientation != 1)
+    assert images.image_size(path) == (64, 48)  # the upright picture's
+    assert images.image_size(path, oriented=False) == ((48, 64) if turns else (64, 48))
+    assert oriented.same_picture(images.decode(path), picture)
+    assert oriented.same_picture(images.decode(path, oriented=False),
+                                 oriented.stored(picture, orientation))
+    nd = images.decode_nd(path, True)  # what the training and validation readers return
+    assert isinstance(nd, mx.nd.NDArray) and nd.dtype == np.uint8
+    assert oriented.same_picture(nd.asnumpy(), picture)
+
+
+def test_a_tag_is_read_from_a_header_without_decoding(tmp_path, monkeypatch):
+    path = oriented.save(str(tmp_path / "phone.png"), oriented.upright((40, 30)), 6)
+    monkeypatch.setattr(Image.Image, "load", lambda self: pytest.fail("decoded %s" % self.mode))
+    assert images.read_header(path) == images.Header(30, 40, 6)
+    assert images.image_size(path) == (40, 30)
+
+
+def test_a_tag_outside_1_to_8_is_none(tmp_path):
     exif = Image.Exif()
-    exif[0x0112] = 6  # "rotate 90 degrees to show": what a phone writes for a portrait photo
-    Image.new("RGB", (40, 30), (10, 20, 30)).save(tmp_path / "phone.jpg", exif=exif.tobytes())
-    assert images.image_size(str(tmp_path / "phone.jpg")) == (40, 30)
-    assert mx.image.imread(str(tmp_path / "phone.jpg"), 1).shape == (30, 40, 3)  # as stored
+    exif[0x0112] = 9
+    Image.new("RGB", (40, 30)).save(tmp_path / "odd.jpg", exif=exif.tobytes())
+    assert images.read_header(str(tmp_path / "odd.jpg")) == images.Header(40, 30, 1)
+    assert images.decode(str(tmp_path / "odd.jpg")).shape == (30, 40, 3)
+
+
+def test_the_frames_a_format_declares(tmp_path):
+    turned, mirrored = images.Header(40, 30, 6), images.Header(40, 30, 2)
+    assert images.Frame.ORIENTED.oriented(turned) is True
+    assert images.Frame.STORED.oriented(turned) is False
+    assert images.Frame.BY_SIZE.oriented(turned, (30, 40)) is True
+    assert images.Frame.BY_SIZE.oriented(turned, (40.0, 30.0)) is False
+    assert images.Frame.BY_SIZE.oriented(turned, (50, 50)) is None  # neither: undecided
+    assert images.Frame.BY_SIZE.oriented(mirrored, (40, 30)) is None  # both: undecided
+    assert images.Frame.BY_SIZE.oriented(images.Header(40, 30)) is True  # no tag: the same
+    assert images.Frame.BY_SIZE.oriented() is None
+
+
+def test_an_image_of_a_format_the_decoder_does_not_read_is_refused_by_its_header(tmp_path):
+    Image.new("RGB", (40, 30)).save(tmp_path / "anim.jpg", "GIF")  # a GIF under a JPEG's name
+    with pytest.raises(DataError, match=r"image .*anim.jpg cannot be read"):
+        images.image_size(str(tmp_path / "anim.jpg"))
+    with pytest.raises(images.UnreadableImage, match="not an image"):
+        images.decode(str(tmp_path / "anim.jpg"))

@@ -17,6 +17,7 @@ import os
 from detector_training.data import host_once
 from detector_training.data.formats.data_format import LabelledFormat
 from detector_training.data.layouts import builtin_json, builtin_recordio
+from detector_training.data.layouts.images import Frame
 from detector_training.data.sources import FetchOptions
 from detector_training.errors import DataError
 
@@ -28,6 +29,9 @@ class Builtin(LabelledFormat):
     name = "builtin"
     title = "the SageMaker built-in Object Detection algorithm's inputs"
     channels = ("train", "train_annotation", "validation", "validation_annotation")
+    # Its labels come from the tools that show photos upright (Ground Truth); a record holds the
+    # labelled file's bytes, tag included, when im2rec packs them as they are.
+    frame = Frame.ORIENTED
 
     def recognise(self, channel):
         if channel.name in ANNOTATION_CHANNELS:
@@ -55,11 +59,11 @@ class Builtin(LabelledFormat):
         # Both splits are read at once: every file's categories name the class ids of both.
         key = (data_root, tuple(config.classes))
         if getattr(self, "_sets", (None,))[0] != key:
-            self._sets = (key, self._read_splits(data_root, tuple(config.classes)))
+            self._sets = (key, self._read_splits(data_root, tuple(config.classes), self.frame))
         return self._sets[1].get(split)
 
     @staticmethod
-    def _read_splits(data_root, id_names):
+    def _read_splits(data_root, id_names, frame):
         images = builtin_json.recognise(data_root)
         records = builtin_recordio.recognise(data_root)
         if images and records:
@@ -69,8 +73,8 @@ class Builtin(LabelledFormat):
                                 ", ".join("%s: %s" % item for item in records.items())),
                             "send one of them.")
         if images:
-            return builtin_json.read_splits(data_root, id_names)
-        return builtin_recordio.read_splits(data_root, id_names)
+            return builtin_json.read_splits(data_root, id_names, frame)
+        return builtin_recordio.read_splits(data_root, id_names, frame)
 
     def detection_reader(self, images, labels, classes):
         if images and isinstance(images[0], builtin_recordio.RecordImage):

@@ -12,6 +12,7 @@ from detector_training.data.coco_format import ANNOTATIONS, find_coco_root
 from detector_training.data.common import Datasets, SubsetDataset
 from detector_training.data.formats.data_format import DataFormat
 from detector_training.data.layouts import coco_exports
+from detector_training.data.layouts.images import Frame
 from detector_training.data.negatives import is_negative, log_empty
 
 LOG = logging.getLogger("detector_training")
@@ -31,6 +32,8 @@ class COCO(DataFormat):
     title = "COCO-format JSON"
     channels = ("coco", "train", "training")
     preset = COCO_PRESET
+    # CVAT, Label Studio and Roboflow show photos upright; a COCO file's sizes are that picture's.
+    frame = Frame.ORIENTED
     options = ("train_annotation_file", "val_annotation_file")
     style = "coco"
     metric = COCO
@@ -105,8 +108,9 @@ class COCO(DataFormat):
         if not config.train_annotation_file:
             channel = coco_exports.training_channel(data_root, self.channels)
             if channel and _holds_export(channel, config):
-                return _export_datasets(config, data_root, self.channels, instances, self.documents)
-        return _coco_datasets(config, data_root, instances, self.documents)
+                return _export_datasets(config, data_root, self.channels, instances, self.frame,
+                                        self.documents)
+        return _coco_datasets(config, data_root, instances, self.frame, self.documents)
 
     def labelled(self, channels_dir, split, config):
         """The annotation file that ``read`` reads for ``split``, as a LabelledSet: sizes from
@@ -121,8 +125,9 @@ class COCO(DataFormat):
             if channel and _holds_export(channel, config):
                 exports = coco_exports.locate(channels_dir, self.channels)
                 export = exports[0] if kind == "train" else exports[1]
-                return None if export is None else coco_exports.read_labelled(export, channels_dir,
-                                                                              self.documents)
+                return (None if export is None
+                        else coco_exports.read_labelled(export, channels_dir, self.frame,
+                                                        self.documents))
         if config.train_annotation_file:
             root, name, path = named_annotation_file(
                 channels_dir, kind, getattr(config, kind + "_annotation_file"),
@@ -137,12 +142,14 @@ class COCO(DataFormat):
             path = annotation_file(root, name)
         document = self.documents(path)
         return _labelled_document(document, category_names(document, path), path,
-                                  lambda entry: image_paths(root, name, entry))
+                                  lambda entry: image_paths(root, name, entry), self.frame)
 
 
-def _labelled_document(document, names, path, candidates):
-    """A COCO document's images and boxes ([x, y, width, height] in pixels) as a LabelledSet;
-    an image file found at none of its ``candidates`` is a DataError naming it."""
+def _labelled_document(document, names, path, candidates, frame):
+    """A COCO document's images and boxes ([x, y, width, height] in pixels, of the ``frame``) as
+    a LabelledSet; an image file found at none of its ``candidates`` is a DataError naming it.
+    No image file is opened (a COCO file may list a hundred thousand): sizes are the document's
+    and EXIF orientation tags are not read (not counted)."""
     from detector_training.data.labelled import Box, LabelledImage, LabelledSet
 
     by_id = {c["id"]: c["name"] for c in document["categories"]}
@@ -166,7 +173,8 @@ def _labelled_document(document, names, path, candidates):
                 path, entry["id"], entry.get("file_name") or entry.get("coco_url"),
                 ", ".join(options)), "put the image where file_name says, or remove its entry.")
         image = LabelledImage(found, size=(entry["width"], entry["height"]),
-                              where="%s image %s" % (path, entry["id"]))
+                              where="%s image %s" % (path, entry["id"]),
+                              oriented=bool(frame.oriented()))
         images[entry["id"]] = image
         labelled.images.append(image)
     for number, ann in enumerate(document["annotations"]):
@@ -197,11 +205,11 @@ def _holds_export(channel, config):
     return False
 
 
-def _export_datasets(config, channels_dir, channels, instances, documents):
+def _export_datasets(config, channels_dir, channels, instances, frame, documents):
     """A labelling tool's COCO export (see layouts/coco_exports.py): its classes (placeholder
     categories left out, or those asked for), the training file's images with objects;
     validation from the validation export, else a seeded tenth of the training file's images by
-    id, so that COCO's metric scores exactly those."""
+    id, so that COCO's metric scores exactly those. Images are decoded in the ``frame``."""
     from detector_training.data.coco_format import (carve_image_ids, coco_dataset_class,
                                                     coco_instance_class)
 
@@ -218,20 +226,22 @@ def _export_datasets(config, channels_dir, channels, instances, documents):
                               ("validation", val_export, val_ids)):
         LOG.info("data: coco %s: %s%s", what, export.describe(channels_dir), "" if ids is None
                  else ", %d images carved by id (seed %d)" % (len(ids), config.seed))
-    extra = {} if instances else {"use_crowd": False}
+    extra = dict({} if instances else {"use_crowd": False}, oriented=bool(frame.oriented()),
+                 documents=documents)
     train = cls(train_export.image_root, [train_export.split], classes,
                 annotation_files={train_export.split: train_export.annotation_file},
-                image_ids=train_ids, documents=documents, skip_empty=config.skip_empty, **extra)
+                image_ids=train_ids, skip_empty=config.skip_empty, **extra)
     val = cls(val_export.image_root, [val_export.split], train.classes,
               annotation_files={val_export.split: val_export.annotation_file},
-              image_ids=val_ids, documents=documents, skip_empty=False)
+              image_ids=val_ids, skip_empty=False, oriented=extra["oriented"], documents=documents)
     return _datasets(train, val, [train_export.split], config.skip_empty)
 
 
-def _coco_datasets(config, data_root, instances, documents):
+def _coco_datasets(config, data_root, instances, frame, documents):
     """COCO-format data (see coco_format.py): the training images that have objects of the chosen
     categories; every validation image, in id order, as GluonCV's COCO metrics expect. With
-    ``instances``, objects carry their masks (GluonCV's COCOInstance layout)."""
+    ``instances``, objects carry their masks (GluonCV's COCOInstance layout). Images are decoded
+    in the ``frame``."""
     from detector_training.data.coco_format import (annotation_file, carve_image_ids,
                                                     coco_dataset_class, coco_instance_class,
                                                     find_coco_root, named_annotation_file)
@@ -257,11 +267,12 @@ def _coco_datasets(config, data_root, instances, documents):
         LOG.info("data: coco validation: %d images of %s carved by id (val_fraction=%g, seed %d)",
                  len(val_ids), os.path.basename(train_file), config.val_fraction, config.seed)
     # Crowd boxes are left out of training (the instance reader always leaves them out).
+    oriented = bool(frame.oriented())
     train = cls(train_root, train_splits, config.classes, annotation_files=files["train"],
-                image_ids=train_ids, documents=documents, skip_empty=config.skip_empty,
-                **({} if instances else {"use_crowd": False}))
+                image_ids=train_ids, skip_empty=config.skip_empty, oriented=oriented,
+                documents=documents, **({} if instances else {"use_crowd": False}))
     val = cls(val_root, val_splits, train.classes, annotation_files=files["val"],
-              image_ids=val_ids, documents=documents, skip_empty=False)
+              image_ids=val_ids, skip_empty=False, oriented=oriented, documents=documents)
     return _datasets(train, val, train_splits, config.skip_empty)
 
 

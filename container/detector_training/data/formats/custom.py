@@ -14,6 +14,7 @@ import os
 from detector_training.data.formats.data_format import VALIDATION_CHANNEL, LabelledFormat
 from detector_training.data.formats.voc import VOC, VOC_PRESET, check_voc_splits, devkit_split
 from detector_training.data.layouts import split_names, voc_exports
+from detector_training.data.layouts.images import Frame
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
                                               channel_holds_extracted, tar_specs)
@@ -42,6 +43,8 @@ class CustomVOC(LabelledFormat):
     title = "Pascal VOC XML (a VOCdevkit tree or a labelling tool's export)"
     channels = DATA_CHANNELS + (VALIDATION_CHANNEL,)
     preset = VOC_PRESET
+    # labelImg shows the stored pixels, CVAT the upright picture: each XML's <size> tells which.
+    frame = Frame.BY_SIZE
 
     def recognise(self, channel):
         if not os.path.isdir(channel.path):
@@ -89,12 +92,12 @@ class CustomVOC(LabelledFormat):
 
     def read_labelled(self, data_root, split, config):
         if find_year_dirs(data_root):
-            return devkit_split(data_root, split, config, _lower(config.classes))
+            return devkit_split(data_root, split, config, _lower(config.classes), self.frame)
         train_dir = self.channel_path(data_root, "train")
         if train_dir is None:
             return None
         if find_year_dirs(train_dir):  # the channels folder (the data check): a VOCdevkit channel
-            return devkit_split(train_dir, split, config, _lower(config.classes))
+            return devkit_split(train_dir, split, config, _lower(config.classes), self.frame)
         export = self._export(train_dir)
         if split == "train":
             names = split_names(export, "train")
@@ -107,15 +110,15 @@ class CustomVOC(LabelledFormat):
             if unused:
                 LOG.info("data: custom: split %s of the export not used (not train or "
                          "validation)", ", ".join(unused))
-            return export.read(names, config.classes)
+            return export.read(names, config.classes, self.frame)
         val_dir = self.channel_path(data_root, VALIDATION_CHANNEL)
         if val_dir is not None:
             export = self._export(val_dir)
             names = split_names(export, "validation") or split_names(export, "train") \
                 or list(export.splits)
-            return export.read(names, config.classes)
+            return export.read(names, config.classes, self.frame)
         names = split_names(export, "validation")
-        return export.read(names, config.classes) if names else None
+        return export.read(names, config.classes, self.frame) if names else None
 
     def _export(self, folder):
         return self.export_in(folder, voc_exports.find_export, "Pascal VOC XML annotations",

@@ -22,7 +22,12 @@ the recognition and the docs):
   mAP at IoU 0.5) or ``COCO`` (COCO's AP over the validation annotation file); ``masks``: whether
   its objects carry instance masks (a segmenting family trains only on such a format);
   ``fixed_classes``: its class list is fixed by the format (voc's 20), so the ``classes``
-  hyperparameter does not apply and a model scored on it must have that list.
+  hyperparameter does not apply and a model scored on it must have that list;
+* ``frame``: which picture of a photo stored with an EXIF orientation tag its labelling tool
+  showed, so the one its boxes are in (``layouts/images.Frame``): ``ORIENTED`` (upright, as
+  browsers, CVAT, Label Studio, Ground Truth, Ultralytics and Roboflow show it), ``STORED`` (the
+  pixels as stored) or ``BY_SIZE`` (per image, the one its annotation's stated size matches).
+  Training, validation, the data check and the evaluation decode and size each image in it.
 
 What it does, as methods:
 
@@ -55,6 +60,7 @@ import numpy as np
 from detector_training.core.evaluation import VOC07
 from detector_training.data.common import SubsetDataset, carve_validation, with_validation
 from detector_training.data.labelled import Drops, boxes_of
+from detector_training.data.layouts.images import Frame
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
 
@@ -105,6 +111,7 @@ class DataFormat:
     metric = VOC07
     masks = False
     fixed_classes = False
+    frame = Frame.ORIENTED
 
     def recognise(self, channel):
         """Where in ``channel`` (a :class:`Channel`) this format's data lies, or None."""
@@ -177,8 +184,10 @@ class LabelledFormat(DataFormat):
     (and counts) boxes of classes not asked for; leaves out images without boxes with
     ``skip_empty``, else keeps them as negatives (the placeholder row of ``negative_label``);
     takes the aspect ratios from ``size``; logs the layout found, images and objects per class,
-    and the drop tally by reason. Images are decoded by MXNet's ``imread`` as RGB when a sample is
-    read; a file that does not decode is a DataError naming it.
+    and the drop tally by reason. Images are decoded as RGB (``layouts/images.decode``, turned
+    upright where the image's ``oriented`` says) when a sample is read; a file that does not
+    decode is a DataError naming it. A reader sizes and frames each image by the format's
+    ``frame`` (passed to it).
     """
 
     DEFAULT_VAL_FRACTION = 0.1
@@ -274,8 +283,10 @@ class LabelledFormat(DataFormat):
 
     def detection_reader(self, images, labels, classes):
         """The dataset that reads these LabelledImages' pixels with their label rows: each image
-        file decoded by MXNet (a format whose images are not files, e.g. records, overrides it)."""
-        return LabelledDetection([image.path for image in images], labels, classes)
+        file decoded in its frame (a format whose images are not files, e.g. records, overrides
+        it)."""
+        return LabelledDetection([image.path for image in images], labels, classes,
+                                 [image.oriented for image in images])
 
     def log_found(self, labelled, what, classes, drops):
         counts = OrderedDict((name, 0) for name in classes)
@@ -297,12 +308,15 @@ class LabelledDetection:
     """Images and label rows as GluonCV's detection readers give them: ``dataset[i]`` is
     ``(image NDArray HxWx3 RGB, label float32 rows [x1, y1, x2, y2, class, difficult])`` (the
     columns of GluonCV's VOC reader: a difficult object is one no metric counts); an image without
-    boxes (a negative) has the placeholder row of ``negatives.negative_label``."""
+    boxes (a negative) has the placeholder row of ``negatives.negative_label``. ``oriented``: per
+    image, whether it is turned upright by its EXIF orientation tag (the frame its labels are
+    in)."""
 
-    def __init__(self, paths, labels, classes):
+    def __init__(self, paths, labels, classes, oriented):
         self._paths = list(paths)
         self._labels = list(labels)
         self._classes = tuple(classes)
+        self._oriented = list(oriented)
 
     @property
     def classes(self):
@@ -312,6 +326,6 @@ class LabelledDetection:
         return len(self._paths)
 
     def __getitem__(self, idx):
-        import mxnet as mx
+        from detector_training.data.layouts.images import decode_nd
 
-        return mx.image.imread(self._paths[idx], 1), self._labels[idx].copy()
+        return decode_nd(self._paths[idx], self._oriented[idx]), self._labels[idx].copy()

@@ -8,6 +8,7 @@ from detector_training.data import manifest
 from detector_training.data.common import SubsetDataset, with_validation
 from detector_training.data.formats.data_format import DataFormat, LabelledDetection
 from detector_training.data.formats.voc import VOC_PRESET
+from detector_training.data.layouts.images import Frame, Header, read_header
 from detector_training.data.negatives import is_negative, log_empty
 from detector_training.data.pipe_mode import manifest_root
 from detector_training.data.sources import FetchOptions
@@ -19,6 +20,7 @@ class GroundTruthManifest(DataFormat):
     channels = manifest.MANIFEST_CHANNELS + (manifest.VALIDATION_CHANNEL,)
     preset = VOC_PRESET  # a custom dataset in another layout (its splits are channels)
     options = ("label_attribute",)
+    frame = Frame.ORIENTED  # a browser shows the labeller the photo upright; image_size is its size
 
     def recognise(self, channel):
         """A Pipe-mode RecordIO channel (how SageMaker delivers an augmented manifest), or a
@@ -33,7 +35,7 @@ class GroundTruthManifest(DataFormat):
         return manifest_root(config, env, world, options.wait_timeout_s, options.poll_s)
 
     def read(self, config, data_root, instances=False):
-        return _manifest_datasets(config, data_root, self.entries)
+        return _manifest_datasets(config, data_root, self.entries, self.frame)
 
     def entries(self, folder, config):
         """The checked lines of the manifests in ``folder``, parsed once by this instance: the
@@ -50,7 +52,8 @@ class GroundTruthManifest(DataFormat):
     def labelled(self, channels_dir, split, config):
         """The split's manifest lines as a LabelledSet: class names from the class maps (else
         ``classes`` in id order, else the ids), images matched in the ``images`` channel when
-        there is one (else their source-refs)."""
+        there is one (else their source-refs; their EXIF orientation is read from the header of
+        those found)."""
         from detector_training.data.labelled import Box, LabelledImage, LabelledSet
 
         names = (manifest.MANIFEST_CHANNELS if split == "train"
@@ -67,20 +70,23 @@ class GroundTruthManifest(DataFormat):
                                layout="Ground Truth manifest in channel '%s'"
                                % os.path.basename(folder))
         for entry, path in zip(entries, paths):
+            header = (read_header(path, "%s (of %s)" % (path, entry.where))
+                      if os.path.isfile(path) else Header(entry.width, entry.height))
             labelled.images.append(LabelledImage(
                 path, size=(entry.width, entry.height), where=entry.where,
                 boxes=[Box(*box[:4], label=id_names.get(box[4], str(box[4])), where=entry.where)
-                       for box in entry.boxes]))
+                       for box in entry.boxes],
+                orientation=header.orientation, oriented=bool(self.frame.oriented(header))))
         return labelled
 
 
-def _manifest_datasets(config, root, entries_in):
+def _manifest_datasets(config, root, entries_in, frame):
     """A Ground Truth manifest's data (see manifest.py) under ``root``: the ``train`` (or
     ``training``) channel's manifests, the ``validation`` channel's when there is one (not read
     when ``val_fraction`` carves the validation split), images in the ``images`` channel. Without
     a validation manifest (and val_fraction 0), DEFAULT_VAL_FRACTION of the training lines are
     carved, seeded by ``seed``. Classes come from the merged class maps (or ``classes``).
-    ``entries_in(folder, config)``: a manifest folder's checked lines."""
+    ``entries_in(folder, config)``: a manifest folder's checked lines; ``frame``: the format's."""
     train_dir = manifest.channel_in(root, manifest.MANIFEST_CHANNELS)
     if train_dir is None:
         raise DataError("no manifest channel: none of %s exists under %s."
@@ -98,18 +104,18 @@ def _manifest_datasets(config, root, entries_in):
     val_entries = entries_in(val_dir, config) if val_dir else []
     classes, index = manifest.class_list(train_entries + val_entries, config.classes)
     train, ratios = _manifest_dataset(train_entries, images, index, classes, config.skip_empty,
-                                      "training")
+                                      "training", frame)
     val, val_ratios = (_manifest_dataset(val_entries, images, index, classes, config.skip_empty,
-                                         "validation") if val_entries else (None, None))
+                                         "validation", frame) if val_entries else (None, None))
     return with_validation(train, ratios, classes, val, val_ratios, config.val_fraction,
                            manifest.DEFAULT_VAL_FRACTION, config.seed)
 
 
-def _manifest_dataset(entries, images, index, classes, skip_empty, what):
+def _manifest_dataset(entries, images, index, classes, skip_empty, what, frame):
     """A SubsetDataset of the entries with boxes of the trained classes (``index``: class id ->
     class), and those without when ``skip_empty`` is off (kept as negatives), their images found
-    under ``images``; the count of images without boxes is logged. Returns (dataset, aspect
-    ratios)."""
+    under ``images`` (decoded in the ``frame``: the sizes are the manifest's); the count of images
+    without boxes is logged. Returns (dataset, aspect ratios)."""
     paths = manifest.match_images(entries, images)
     labels = [manifest.entry_label(entry, index) for entry in entries]
     empty = {i for i, label in enumerate(labels) if is_negative(label)}
@@ -119,7 +125,8 @@ def _manifest_dataset(entries, images, index, classes, skip_empty, what):
                         % (what, ", ".join(classes)),
                         "check the manifest's class ids and the 'classes' hyperparameter.")
     keep = [i for i in range(len(entries)) if not (skip_empty and i in empty)]
-    reader = LabelledDetection([paths[i] for i in keep], [labels[i] for i in keep], classes)
+    reader = LabelledDetection([paths[i] for i in keep], [labels[i] for i in keep], classes,
+                               [bool(frame.oriented())] * len(keep))
     described = ["image %s of %s" % (entries[i].source_ref, entries[i].where) for i in keep]
     dataset = SubsetDataset(reader, range(len(keep)), described,
                             "replace the image, or remove its line from the manifest.")

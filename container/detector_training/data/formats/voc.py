@@ -9,6 +9,7 @@ from detector_training.values import is_voc_split
 from detector_training.errors import DataError
 from detector_training.data.formats.data_format import LabelledFormat
 from detector_training.data.layouts import voc_exports
+from detector_training.data.layouts.images import Frame
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import DATA_CHANNELS, acquire_voc
 from detector_training.data.voc_layout import VOC_TARS, find_year_dirs
@@ -26,10 +27,10 @@ VOC_PRESET = dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd
                   lr_base_batch_size=4, train_splits=VOC_SPLITS, val_splits=VOC_VAL_SPLITS)
 
 
-def devkit_split(data_root, split, config, classes=()):
+def devkit_split(data_root, split, config, classes, frame):
     """``split``'s ("train": ``train_splits``; else ``val_splits``) images of the VOCdevkit tree
-    under ``data_root`` as one LabelledSet (``classes``: keep only these, counted), None when no
-    split is configured."""
+    under ``data_root`` as one LabelledSet (``classes``: keep only these, counted; ``frame``: the
+    frame its boxes are in, images/Frame), None when no split is configured."""
     names = list(config.train_splits if split == "train" else config.val_splits)
     if not names:
         return None
@@ -37,7 +38,7 @@ def devkit_split(data_root, split, config, classes=()):
     if export is None:
         raise DataError("no VOCdevkit/VOC<year> tree under %s." % data_root,
                         "provide the VOC tars or an extracted VOCdevkit in the 'voc' channel.")
-    return export.read(names, classes)
+    return export.read(names, classes, frame)
 
 
 def check_voc_splits(config):
@@ -59,6 +60,7 @@ class VOC(LabelledFormat):
     channels = DATA_CHANNELS
     preset = VOC_PRESET
     fixed_classes = True  # its 20 classes, in its order
+    frame = Frame.STORED  # the official images carry no orientation tag
 
     def recognise(self, channel):
         tars = [name for name, _ in VOC_TARS if name in channel.names()]
@@ -88,7 +90,7 @@ class VOC(LabelledFormat):
             generate(channel, n_train, n_test, n_train_2012, seed=seed)
 
     def read_labelled(self, data_root, split, config):
-        return devkit_split(data_root, split, config, VOC_CLASSES)
+        return devkit_split(data_root, split, config, VOC_CLASSES, self.frame)
 
     def labelled(self, channels_dir, split, config):
         """The data check: the extracted VOCdevkit tree of the data channel (the job's own

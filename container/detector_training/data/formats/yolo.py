@@ -10,6 +10,7 @@ import os
 from detector_training.data.formats.data_format import (GENERIC_PRESET, VALIDATION_CHANNEL,
                                                         LabelledFormat)
 from detector_training.data.layouts import split_names, yolo_labels
+from detector_training.data.layouts.images import Frame
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
@@ -22,6 +23,7 @@ class Yolo(LabelledFormat):
     title = "YOLO text labels (Ultralytics, Roboflow)"
     channels = ("train", "training", VALIDATION_CHANNEL)
     preset = GENERIC_PRESET
+    frame = Frame.ORIENTED  # Ultralytics sizes and trains on the upright picture (exif_size)
 
     def recognise(self, channel):
         if not os.path.isdir(channel.path):
@@ -42,14 +44,14 @@ class Yolo(LabelledFormat):
                 raise DataError("dataset YAML %s names no 'train' split (it has %s)."
                                 % (export.yaml_path, ", ".join(sorted(export.splits))),
                                 "add 'train: <folder of training images>'.")
-            return export.read(names[0], config.classes)
+            return export.read(names[0], config.classes, self.frame)
         val_dir = self.channel_path(data_root, VALIDATION_CHANNEL)
         if val_dir is not None:
             export = self._export(val_dir)
             names = split_names(export, "validation") or split_names(export, "train")
-            return export.read(names[0], config.classes)
+            return export.read(names[0], config.classes, self.frame)
         names = split_names(export, "validation")
-        return export.read(names[0], config.classes) if names else None
+        return export.read(names[0], config.classes, self.frame) if names else None
 
     def _export(self, folder):
         return self.export_in(folder, yolo_labels.find_export,

@@ -4,11 +4,12 @@
 ``voc_xml`` reads one Pascal VOC annotation (defusedxml, under a size limit); ``voc_exports``
 recognises and reads the folder shapes VOC XML comes in (a VOCdevkit tree, CVAT's "Pascal VOC
 1.1", labelImg's two, Roboflow's); ``yolo_labels`` reads Ultralytics/Roboflow YOLO text labels;
-``images`` finds an annotation's image and reads its size from the file's header;
+``images`` finds an annotation's image, reads its size and EXIF orientation tag from the file's
+header, and is the one decoder of every reader, ``serve`` and ``detector-predict``;
 ``builtin_json`` and ``builtin_recordio`` read the SageMaker built-in algorithm's inputs,
 ``coco_exports`` the COCO exports of CVAT, Roboflow and Label Studio. Recognising and reading
-labels need no MXNet and decode no image, so the data check runs them as they are (only
-``builtin_recordio``'s training reader decodes, with MXNet). ``split_names`` says which of an
+labels need no MXNet and decode no image, so the data check runs them as they are (only the
+training readers decode, through ``images.decode``). ``split_names`` says which of an
 export's splits train and which validate.
 """
 

@@ -30,7 +30,7 @@ import os
 from detector_training.core.files import json_preview, path_inside, read_json
 from detector_training.data.labelled import (Box, Drops, LabelledImage, LabelledSet, clean,
                                             merge_class_ids)
-from detector_training.data.layouts.images import ImageIndex, image_size
+from detector_training.data.layouts.images import Frame, ImageIndex, read_header
 from detector_training.errors import DataError
 
 TRAIN, VALIDATION = "train", "validation"
@@ -182,9 +182,10 @@ def class_names(parsed, id_names=()):
     return names
 
 
-def build_split(images_dir, parsed, names):
-    """The LabelledSet of one split's parsed files, its images found under ``images_dir``, with
-    :func:`labelled.clean`'s quirks settled (an image annotated twice, boxes partly outside)."""
+def build_split(images_dir, parsed, names, frame=Frame.ORIENTED):
+    """The LabelledSet of one split's parsed files, its images found under ``images_dir`` (sized
+    in the ``frame`` the boxes are in), with :func:`labelled.clean`'s quirks settled (an image
+    annotated twice, boxes partly outside)."""
     index = ImageIndex(images_dir)
     drops = Drops()
     images = []
@@ -193,18 +194,20 @@ def build_split(images_dir, parsed, names):
         if image_path is None:
             drops.add(NO_IMAGE, "%s (file %s)" % (where, file_field))
             continue
-        size = image_size(image_path, "%s (of %s)" % (image_path, where))
+        header = read_header(image_path, "%s (of %s)" % (image_path, where))
+        oriented = bool(frame.oriented(header))
         kept = [Box(left, top, left + width, top + height, names[class_id],
                     where="%s %s" % (where, what))
                 for class_id, left, top, width, height, what in boxes]
-        images.append(LabelledImage(image_path, kept, size, where))
+        images.append(LabelledImage(image_path, kept, header.size(oriented), where,
+                                    header.orientation, oriented))
     classes = tuple(names[class_id] for class_id in sorted(names))
     return clean(LabelledSet(images, classes, drops, LAYOUT))
 
 
-def read_splits(channels_dir, id_names=()):
-    """{split: LabelledSet} of every split the channels hold; both splits name their class ids
-    the same way (from every file's categories)."""
+def read_splits(channels_dir, id_names=(), frame=Frame.ORIENTED):
+    """{split: LabelledSet} of every split the channels hold, boxes in the ``frame``; both splits
+    name their class ids the same way (from every file's categories)."""
     found = recognise(channels_dir)
     if TRAIN not in found:
         raise DataError("no built-in algorithm image-format data in %s: it needs the channels "
@@ -212,4 +215,4 @@ def read_splits(channels_dir, id_names=()):
                         % channels_dir, "send both channels.")
     parsed = {split: parse_split(annotations) for split, (_images, annotations) in found.items()}
     names = class_names([entry for entries in parsed.values() for entry in entries], id_names)
-    return {split: build_split(found[split][0], parsed[split], names) for split in found}
+    return {split: build_split(found[split][0], parsed[split], names, frame) for split in found}

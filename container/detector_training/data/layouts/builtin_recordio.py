@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from detector_training.data import host_once, pipe_mode
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
-from detector_training.data.layouts.images import image_size
+from detector_training.data.layouts.images import Frame, decode_nd, read_header
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
@@ -152,8 +152,8 @@ def parse_objects(label, where):
 
 
 def scan_file(path, label):
-    """[(record number, byte offset, objects, image size or None)] of every record of one
-    ``.rec`` file, read with the framing reader; ``label`` names the file in errors."""
+    """[(record number, byte offset, objects, image header)] of every record of one ``.rec``
+    file, read with the framing reader; ``label`` names the file in errors."""
     records = []
     with open(path, "rb") as handle:
         stream = pipe_mode.CountingReader(handle)
@@ -162,16 +162,18 @@ def scan_file(path, label):
             where = "%s record %d" % (label, number)
             numbers, image = parse_record(payload, where)
             records.append((number, start, parse_objects(numbers, where),
-                            image_size(io.BytesIO(image), where)))
+                            read_header(io.BytesIO(image), where)))
             start = stream.count
     return records
 
 
 # ------------------------------------------------------------------------------------ whole sets
 
-def read_files(paths, label_root, id_names=()):
-    """The LabelledSet of these ``.rec`` files: boxes in pixels, class ids named by ``id_names``
-    (in id order) or by themselves. ``label_root``: what file names in messages are relative to."""
+def read_files(paths, label_root, id_names=(), frame=Frame.ORIENTED):
+    """The LabelledSet of these ``.rec`` files: boxes in pixels of the ``frame`` (the image bytes
+    a record holds are the labelled file's, EXIF tag included, when im2rec packs them as they
+    are), class ids named by ``id_names`` (in id order) or by themselves. ``label_root``: what
+    file names in messages are relative to."""
     scanned, used = [], set()
     for path in paths:
         label = os.path.relpath(path, label_root)
@@ -191,25 +193,28 @@ def read_files(paths, label_root, id_names=()):
         classes = tuple(str(class_id) for class_id in range(max(used) + 1)) if used else ()
     images = []
     for path, label, records in scanned:
-        for number, offset, objects, size in records:
+        for number, offset, objects, header in records:
             where = "%s record %d" % (label, number)
-            width, height = size
+            oriented = bool(frame.oriented(header))
+            width, height = size = header.size(oriented)
             # Corners are fractions of the image here; labelled.clean clips pixels.
             boxes = [Box(xmin * width, ymin * height, xmax * width, ymax * height,
                          classes[class_id], where="%s object %d" % (where, index))
                      for index, (class_id, xmin, ymin, xmax, ymax) in enumerate(objects, 1)]
-            images.append(RecordImage(path, boxes, size, where, offset=offset))
+            images.append(RecordImage(path, boxes, size, where, header.orientation, oriented,
+                                      offset=offset))
     return clean(LabelledSet(images, classes, Drops(), LAYOUT))
 
 
-def read_splits(root, id_names=()):
+def read_splits(root, id_names=(), frame=Frame.ORIENTED):
     """{split: LabelledSet} of the ``.rec`` files in ``root``'s ``train`` and ``validation``
-    folders: the channels, or the host's copy of Pipe-mode channels (:func:`drain_pipes`)."""
+    folders: the channels, or the host's copy of Pipe-mode channels (:func:`drain_pipes`); boxes
+    in pixels of the ``frame``."""
     sets = {}
     for split in (TRAIN, VALIDATION):
         paths = rec_files(os.path.join(root, split))
         if paths:
-            sets[split] = read_files(paths, root, id_names)
+            sets[split] = read_files(paths, root, id_names, frame)
     if TRAIN not in sets:
         raise DataError("no RecordIO (.rec) file in the 'train' channel (%s)."
                         % os.path.join(root, TRAIN),
@@ -245,13 +250,15 @@ def write_indexes(images, index_dir):
 
 class RecordDetection:
     """Detection samples read from ``.rec`` files by offset: ``dataset[i]`` is ``(image NDArray
-    HxWx3, label float32 rows [x1, y1, x2, y2, class])``, the image decoded from its record with
-    MXNet (``MXIndexedRecordIO.read_idx``, ``recordio.unpack``, ``image.imdecode``). Each process
+    HxWx3, label float32 rows [x1, y1, x2, y2, class])``, the record read with MXNet
+    (``MXIndexedRecordIO.read_idx``, ``recordio.unpack``) and its image bytes decoded in the
+    image's frame (``images.decode``, turned upright where its ``oriented`` says). Each process
     opens its own readers (data-loader workers are forked). ``index_dir``: where the index files
     go; None: a private temporary folder, removed with the dataset."""
 
     def __init__(self, images, labels, classes, index_dir=None):
         self._paths = [image.path for image in images]
+        self._oriented = [image.oriented for image in images]
         self._labels = list(labels)
         self._classes = tuple(classes)
         if index_dir is None:  # a private folder, removed when the dataset is
@@ -281,7 +288,7 @@ class RecordDetection:
         import mxnet as mx
 
         _header, data = mx.recordio.unpack(self._reader(self._paths[idx]).read_idx(idx))
-        return mx.image.imdecode(data, 1), self._labels[idx].copy()
+        return decode_nd(io.BytesIO(data), self._oriented[idx]), self._labels[idx].copy()
 
     def __getstate__(self):
         return dict(self.__dict__, _readers={}, _pid=None)

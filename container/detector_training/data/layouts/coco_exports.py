@@ -27,7 +27,7 @@ from detector_training.core.files import path_inside
 from detector_training.data.coco_format import category_names, read_document
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
 from detector_training.data.layouts.builtin_json import NO_IMAGE
-from detector_training.data.layouts.images import image_size
+from detector_training.data.layouts.images import Frame, read_header
 from detector_training.errors import DataError
 
 CVAT, ROBOFLOW, LABEL_STUDIO = "CVAT COCO 1.0", "Roboflow COCO", "Label Studio COCO"
@@ -190,9 +190,9 @@ def image_candidates(export, file_name):
     return [c for c in inside if c]
 
 
-def read_labelled(export, channels_dir, documents=None):
-    """The LabelledSet of one export: boxes in pixels (a crowd region, an image not found:
-    counted in Drops), with :func:`labelled.clean`'s quirks settled (a box partly outside its
+def read_labelled(export, channels_dir, frame=Frame.ORIENTED, documents=None):
+    """The LabelledSet of one export: boxes in pixels of the ``frame`` (a crowd region, an image
+    not found: counted in Drops), with :func:`labelled.clean`'s quirks settled (a box partly outside its
     image clipped, one with no area dropped, each counted)."""
     document = (documents or read_document)(export.annotation_file)
     placeholders = placeholder_categories(document)
@@ -214,7 +214,8 @@ def read_labelled(export, channels_dir, documents=None):
         if path is None:
             drops.add(NO_IMAGE, "%s (file_name %s)" % (where, file_name))
             continue
-        size = image_size(path, "%s (%s)" % (path, where))  # its own size wins over the JSON's
+        header = read_header(path, "%s (%s)" % (path, where))  # its own size wins over the JSON's
+        oriented = bool(frame.oriented(header))
         boxes = []
         for number, ann in by_image.get(entry["id"], []):
             box_where = "%s annotations[%d]" % (where_file, number)
@@ -223,6 +224,7 @@ def read_labelled(export, channels_dir, documents=None):
                 continue
             x, y, w, h = ann["bbox"]
             boxes.append(Box(x, y, x + w, y + h, names[ann["category_id"]], where=box_where))
-        images.append(LabelledImage(path, boxes, size, where))
+        images.append(LabelledImage(path, boxes, header.size(oriented), where, header.orientation,
+                                    oriented))
     return clean(LabelledSet(images, classes, drops, "%s, %s" % (export.tool, where_file)))
 

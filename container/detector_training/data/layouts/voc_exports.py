@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from detector_training.data.labelled import LabelledImage, LabelledSet, Drops, clean
-from detector_training.data.layouts.images import ImageIndex, image_size, is_image_name
+from detector_training.data.layouts.images import Frame, ImageIndex, is_image_name, read_header
 from detector_training.data.layouts.voc_xml import read_annotation
 from detector_training.data.voc_layout import find_year_dirs
 from detector_training.errors import DataError
@@ -44,6 +44,8 @@ NO_IMAGE = "annotation whose image is not in the data"
 NO_ANNOTATION = "listed image without an annotation file"
 UNLABELLED = "image without an annotation (not used)"
 SIZE_DIFFERS = "annotation's <size> differs from the image (the image's used)"
+FRAME_UNDECIDED = ("EXIF-tagged image whose <size> tells no frame (read in the frame the "
+                   "export's other <size>s tell, else as stored)")
 
 _VOC_ROOT = re.compile(rb"<annotation[\s>]")
 
@@ -69,6 +71,7 @@ class VocExport:
     unlisted_ok: bool = False  # a VOCdevkit's JPEGImages holds every split's images
     _index: object = field(default=None, repr=False)
     _annotations: dict = field(default_factory=dict, repr=False)  # each file parsed once
+    _upright: bool = field(default=None, repr=False)  # the frame most <size>s tell (when needed)
 
     def annotation(self, xml_path):
         """The file's Annotation, parsed once by this export (a split's read, and the other
@@ -92,9 +95,10 @@ class VocExport:
                     self._index.add(path)
         return self._index
 
-    def read(self, splits=None, classes=()):
+    def read(self, splits=None, classes=(), frame=Frame.BY_SIZE):
         """The images of ``splits`` (names; None: every split) as one cleaned LabelledSet; with
-        ``classes``, objects of other classes are dropped (counted)."""
+        ``classes``, objects of other classes are dropped (counted). Each image's boxes are in
+        the ``frame``; BY_SIZE: the one its XML's <size> matches (see :func:`_settle_frames`)."""
         names = list(self.splits) if splits is None else [splits] if isinstance(splits, str) else list(splits)
         for name in names:
             if name not in self.splits:
@@ -106,14 +110,16 @@ class VocExport:
                                    ", ".join(sorted(self.splits)) or "none"),
                                 "name one of its splits.")
         index = self.index()
-        drops, adjusted, images, used = Drops(), Drops(), [], set()
+        drops, adjusted, images, used, read = Drops(), Drops(), [], set(), []
         for name in names:
             for xml_path in self.splits[name]:
-                image = _read_one(xml_path, index, drops, adjusted, self.lower_names,
-                                  parse=self.annotation)
-                if image is not None:
-                    images.append(image)
-                    used.add(image.path)
+                found = _read_one(xml_path, index, drops, adjusted, self.lower_names,
+                                  parse=self.annotation, frame=frame)
+                if found is not None:
+                    read.append(found)
+                    images.append(found[0])
+                    used.add(found[0].path)
+        _settle_frames(read, adjusted, lambda: self._upright_by_size(index))
         layout = self.layout
         if self.layout in (LABELIMG_BESIDE, LABELIMG_SEPARATE) and images:
             beside = all(os.path.dirname(i.path) == os.path.dirname(i.where) for i in images)
@@ -126,6 +132,23 @@ class VocExport:
                     drops.add(UNLABELLED, path)
         return clean(LabelledSet(images, self.classes, drops, layout, adjusted), classes)
 
+    def _upright_by_size(self, index):
+        """Whether most of the export's tagged photos (every split's) whose <size> tells the frame
+        are labelled upright; read once, only when an image's <size> tells none."""
+        if self._upright is None:
+            votes = []
+            for paths in self.splits.values():
+                for xml_path in paths:
+                    try:
+                        found = _read_one(xml_path, index, Drops(), Drops(), False,
+                                          parse=self.annotation)
+                    except DataError:
+                        continue
+                    if found is not None and found[1].turns and found[0].oriented is not None:
+                        votes.append(found[0].oriented)
+            self._upright = sum(votes) > len(votes) / 2.0
+        return self._upright
+
     def _referenced(self, names, index):
         """The image paths the annotations of the splits ``names`` refer to (a broken one is
         that split's problem, reported when it is read)."""
@@ -133,16 +156,20 @@ class VocExport:
         for name in names:
             for xml_path in self.splits[name]:
                 try:
-                    image = _read_one(xml_path, index, Drops(), Drops(), False, quiet=True,
+                    found = _read_one(xml_path, index, Drops(), Drops(), False, quiet=True,
                                       parse=self.annotation)
                 except DataError:
                     continue
-                if image is not None:
-                    referenced.add(image.path)
+                if found is not None:
+                    referenced.add(found[0].path)
         return referenced
 
 
-def _read_one(xml_path, index, drops, adjusted, lower_names, quiet=False, parse=read_annotation):
+def _read_one(xml_path, index, drops, adjusted, lower_names, quiet=False, parse=read_annotation,
+              frame=Frame.BY_SIZE):
+    """(LabelledImage, its header, the <size> stated) of one annotation, None when it or its
+    image is missing (counted); the image's ``oriented`` is None where ``frame`` leaves it
+    undecided (settled by :func:`_settle_frames`). ``quiet``: only the image's path."""
     if not os.path.isfile(xml_path):
         drops.add(NO_ANNOTATION, xml_path)
         return None
@@ -152,16 +179,39 @@ def _read_one(xml_path, index, drops, adjusted, lower_names, quiet=False, parse=
         drops.add(NO_IMAGE, "%s (%s)" % (xml_path, annotation.filename or "no <filename>"))
         return None
     if quiet:
-        return LabelledImage(path)
-    size = image_size(path)
-    if annotation.size and tuple(int(round(v)) for v in annotation.size) != size:
-        adjusted.add(SIZE_DIFFERS, "%s (%dx%d, the image is %dx%d)" % (
-            xml_path, annotation.size[0], annotation.size[1], size[0], size[1]))
+        return LabelledImage(path), None, None
+    header = read_header(path)
+    oriented = frame.oriented(header, annotation.size)
     boxes = annotation.objects
     if lower_names:
         for box in boxes:
             box.label = box.label.lower()
-    return LabelledImage(path, boxes, size, xml_path)
+    image = LabelledImage(path, boxes, header.size(bool(oriented)), xml_path, header.orientation,
+                          oriented)
+    if oriented is not None:
+        _check_size(image, annotation.size, adjusted)
+    return image, header, annotation.size
+
+
+def _check_size(image, stated, adjusted):
+    if stated and tuple(int(round(v)) for v in stated) != image.size:
+        adjusted.add(SIZE_DIFFERS, "%s (%dx%d, the image is %dx%d)" % (
+            image.where, stated[0], stated[1], image.size[0], image.size[1]))
+
+
+def _settle_frames(read, adjusted, upright):
+    """The frame of each tagged image its <size> left undecided (a tag that keeps width and
+    height, 2-4, or a size matching neither frame): ``upright()``, the one most of the export's
+    decided images are in (one labelling tool shows every photo the same way), else as stored
+    (labelImg shows the stored pixels; the official VOC images carry no tag)."""
+    undecided = [(image, header, stated) for image, header, stated in read if image.oriented is None]
+    if not undecided:
+        return
+    oriented = upright()
+    for image, header, stated in undecided:
+        image.oriented, image.size = oriented, header.size(oriented)
+        adjusted.add(FRAME_UNDECIDED, image.where)
+        _check_size(image, stated, adjusted)
 
 
 def _real_dir(path):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import yaml
 
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
-from detector_training.data.layouts.images import IMAGE_SUFFIXES, image_size
+from detector_training.data.layouts.images import IMAGE_SUFFIXES, Frame, read_header
 from detector_training.errors import DataError
 from detector_training.safe_yaml import SafeLoader
 
@@ -194,8 +194,9 @@ class YoloExport:
                               tries[0]))
         return paths
 
-    def read(self, split, classes=()):
-        """One split as a cleaned LabelledSet (``classes``: keep only these, counted)."""
+    def read(self, split, classes=(), frame=Frame.ORIENTED):
+        """One split as a cleaned LabelledSet (``classes``: keep only these, counted), its boxes
+        (fractions of the image) in pixels of the ``frame``."""
         if split not in self.splits:
             raise DataError("the YOLO dataset %s has no '%s' split; it has %s."
                             % (self.yaml_path, split, ", ".join(sorted(self.splits))),
@@ -205,13 +206,15 @@ class YoloExport:
             if not os.path.isfile(path):
                 drops.add("listed image not in the data", path)
                 continue
-            size = image_size(path)
+            header = read_header(path)
+            oriented = bool(frame.oriented(header))
+            size = header.size(oriented)
             labels = label_path(path)
             boxes = []
             if os.path.isfile(labels):
                 boxes = parse_labels(_read_bytes(labels, MAX_LABEL_BYTES, "label file"), labels,
                                      size, self.classes)
-            images.append(LabelledImage(path, boxes, size, labels))
+            images.append(LabelledImage(path, boxes, size, labels, header.orientation, oriented))
         return clean(LabelledSet(images, self.classes, drops, self.layout), classes)
 
 
