@@ -198,9 +198,10 @@ def s3(moto_server, monkeypatch, tmp_path):
 
 # Tiny real jobs of each family, for the tests that serve their models (hyperparameters as in
 # tests/test_predict.py, tests/families/test_yolo3.py, tests/families/test_ssd.py and
-# tests/end_to_end/test_mask_rcnn_jobs.py).
+# tests/end_to_end/test_mask_rcnn_jobs.py). Faster R-CNN's trains on two ranks: the model of a
+# multi-rank job is the one served (here and in the image) and fine-tuned.
 SERVED_JOBS = {
-    "faster_rcnn": ({"epochs": "1", "batch_size": "2"}, 6, 2),
+    "faster_rcnn": ({"epochs": "1", "batch_size": "2", "processes_per_host": "2"}, 6, 2),
     # YOLOv3's objectness falls under its 0.01 floor everywhere within a few steps from scratch;
     # a tiny lr keeps the model near its initialisation, answering boxes to compare.
     "yolo3": ({"network": "yolo3_mobilenet0.25_custom", "short": "96", "max_size": "96", "lr": "0.00001",
@@ -215,9 +216,14 @@ SERVED_JOBS = {
 
 
 def trained_job(base, hyperparameters, n_train, n_test):
-    """A job tree under ``base`` trained by ``detector-train-job`` (which must succeed); its base."""
+    """A job tree under ``base`` trained by ``detector-train-job`` (which must succeed), or by
+    ``train`` (the launcher, under mpirun) when it asks for several processes; its base."""
     base = make_job(base, hyperparameters, n_train=n_train, n_test=n_test)
-    result = run_rank_job(base, timeout=900)
+    if int(hyperparameters.get("processes_per_host", "1")) > 1:
+        result = subprocess.run([os.path.join(BIN, "train")], capture_output=True, text=True,
+                                timeout=900, env=train_env(base))
+    else:
+        result = run_rank_job(base, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return base
 
@@ -238,10 +244,11 @@ class TrainedModels:
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):
-    """A tiny trained job the evaluation tests score (tests/test_evaluate.py and the image's):
-    (its base folder, its validation.json). Trained once; the tests only read it."""
+    """A tiny job trained on two ranks, which the evaluation tests score (tests/test_evaluate.py
+    and the image's): (its base folder, its validation.json). Trained once; the tests only read it."""
     base = trained_job(tmp_path_factory.mktemp("evaluated") / "job",
-                       {"epochs": "2", "batch_size": "2", "seed": "3"}, n_train=6, n_test=4)
+                       {"epochs": "2", "batch_size": "2", "seed": "3", "processes_per_host": "2"},
+                       n_train=6, n_test=4)
     with open(os.path.join(base, "model", "validation.json")) as handle:
         return base, json.load(handle)
 

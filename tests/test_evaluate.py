@@ -76,6 +76,8 @@ def assert_same_scores(evaluation, validation):
 
 def test_train_with_mode_evaluate_scores_a_model_tarball_as_its_training_validated(trained, tmp_path):
     trained_base, validation = trained
+    with open(os.path.join(trained_base, "model", "config.json")) as handle:
+        assert json.load(handle)["world_size"] == 2  # a model of a job on two ranks
     base = evaluation_job(tmp_path / "opt_ml", trained_base, {"mode": "evaluate", "num_workers": "0"})
     result = run_command("train", base)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -19,11 +19,23 @@ class Net:
     def hybridize(self, static_alloc=False):
         self.hybridized.append(static_alloc)
 
+    def collect_params(self):
+        return {"running_mean": "the statistics"}
+
+
+class Broadcasts(SingleProcess):
+    def __init__(self):
+        super().__init__()
+        self.sent = []
+
+    def broadcast_parameters(self, params):
+        self.sent.append(params)
+
 
 def a_validator(disable_hybridization=False):
     config = SimpleNamespace(disable_hybridization=disable_hybridization, static_alloc=True)
     datasets = SimpleNamespace(val=list(range(5)))
-    return Validator("the family", config, datasets, "the loader", [0, 2, 4], SingleProcess(), "ctx")
+    return Validator("the family", config, datasets, "the loader", [0, 2, 4], Broadcasts(), "ctx")
 
 
 def test_score_hybridizes_for_inference_then_scores_every_ranks_detections(monkeypatch):
@@ -35,6 +47,8 @@ def test_score_hybridizes_for_inference_then_scores_every_ranks_detections(monke
     family, scored, loader, indices, ctx, dist, config, datasets, scratch = calls[0]
     assert (family, scored, loader, indices, ctx) == ("the family", net, "the loader", [0, 2, 4], "ctx")
     assert net.hybridized == [True] and os.path.isdir(scratch)
+    # the main rank's parameters (batch-norm statistics too) before any rank detects
+    assert dist.sent == [{"running_mean": "the statistics"}] and dist is validator.dist
     validator.close()
     assert not os.path.exists(scratch)
     unhybridized = a_validator(disable_hybridization=True)

@@ -38,7 +38,11 @@ class Validator:
 
     def score(self, net):
         """``net``'s scores on the validation images, the same on every rank (a collective: every
-        rank calls it): {'mAP', 'AP50', 'per_class', 'images', ...the family's extra scores}."""
+        rank calls it): {'mAP', 'AP50', 'per_class', 'images', ...the family's extra scores}.
+        Every rank first takes the main rank's parameters: the gradients are averaged, but each
+        rank's batch-norm statistics follow its own batches, and the model scored must be the
+        one the main rank writes."""
+        self.dist.broadcast_parameters(net.collect_params())
         if not self.config.disable_hybridization:  # the graph for inference inputs
             net.hybridize(static_alloc=self.config.static_alloc)
         return validate(self.family, net, self.loader, self.indices, self.ctx, self.dist,

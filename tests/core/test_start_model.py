@@ -128,20 +128,19 @@ def test_a_classes_json_that_does_not_fit_the_network_is_refused_before_training
 
 
 @pytest.mark.parametrize("form", ["tarball", "directory"])
-def test_a_jobs_model_starts_another_job_with_a_new_class_list(tmp_path, form):
-    first = make_job(tmp_path / "first", {"epochs": "1", "batch_size": "2"}, n_train=4, n_test=1)
-    result = run_rank_job(first)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert json.load(open(os.path.join(first, "model", "classes.json"))) == ["circle", "square", "triangle"]
+def test_a_jobs_model_starts_another_job_with_a_new_class_list(trained_models, tmp_path, form):
+    model = trained_models["faster_rcnn"]  # the model of a job on two ranks
+    assert json.load(open(os.path.join(model, "config.json")))["world_size"] == 2
+    assert json.load(open(os.path.join(model, "classes.json"))) == ["circle", "square", "triangle"]
 
     second = make_job(tmp_path / "second", {"epochs": "1", "batch_size": "2",
                                             "classes": "triangle,circle"}, n_train=4, n_test=1)
     channel = os.path.join(second, "input", "data", "model")
     if form == "tarball":  # what SageMaker packs from /opt/ml/model
         os.makedirs(channel)
-        pack(os.path.join(first, "model"), os.path.join(channel, "model.tar.gz"))
+        pack(model, os.path.join(channel, "model.tar.gz"))
     else:
-        shutil.copytree(os.path.join(first, "model"), channel)
+        shutil.copytree(model, channel)
     result = run_rank_job(second)
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-2000:]

@@ -126,6 +126,8 @@ def test_docker_run_serve_answers_for_each_family_and_stops_on_sigterm(image, tr
 
 
 def test_serve_binds_to_the_port_sagemaker_names(image, trained_models, jpeg):
+    with open(os.path.join(trained_models["faster_rcnn"], "config.json")) as handle:
+        assert json.load(handle)["world_size"] == 2  # the image serves a model of two ranks
     container = Container(image, trained_models["faster_rcnn"], port=9091,
                           extra=["-e", "SAGEMAKER_BIND_TO_PORT=9091", "-e", "SAGEMAKER_MODEL_SERVER_WORKERS=2"])
     try:
