@@ -11,7 +11,6 @@ import time
 
 import psutil
 import pytest
-import requests
 from PIL import Image
 
 from conftest import wait_for
