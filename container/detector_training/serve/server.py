@@ -5,7 +5,9 @@ files and JSON, a network this image serves) and forks the workers. Each worker,
 gets its threads (CPU) or its one GPU through the environment MXNet reads when it starts, then
 loads the model and runs a warm-up pass (``app.load_worker_model``). A worker that cannot load
 the model exits with gunicorn's boot-error status, on which gunicorn stops the whole server: a
-broken model is an error in the log and a server that never answers ``/ping``.
+broken model is an error in the log and a server that never answers ``/ping``. A worker past
+SAGEMAKER_MODEL_SERVER_TIMEOUT in a request is ended by gunicorn's master, that request answered
+with a short JSON 504 (``Worker``), and replaced, as is a worker that died.
 
 SIGTERM (SageMaker's stop) is gunicorn's graceful shutdown: the listening socket closes, the
 requests in flight finish (for at most GRACEFUL_TIMEOUT seconds, inside SageMaker's 30 s before
