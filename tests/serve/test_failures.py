@@ -1,6 +1,7 @@
 """`serve` when things go wrong inside it, on the real gunicorn on loopback: an internal error in a
 request (500, short JSON, the worker goes on), a worker past SAGEMAKER_MODEL_SERVER_TIMEOUT or
-killed (replaced, the next request answered), and bodies that arrive slowly or chunked."""
+killed (replaced, the next request answered), bodies that arrive slowly or chunked (over the
+limit too), and a picture too elongated for the R-CNN resize (400, not an internal error)."""
 
 import http.client
 import json
