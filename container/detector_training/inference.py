@@ -231,11 +231,27 @@ def network_input(model, rgb):
         size = model.short
         resized, scale = timage.imresize(image, size, size, interp=9), (width / float(size), height / float(size))
     else:
+        _too_thin(model, width, height)
         resized = timage.resize_short_within(image, model.short, model.max_size, interp=1)
         scale = (height / float(resized.shape[0]),) * 2
     data = mx.nd.image.normalize(mx.nd.image.to_tensor(resized), mean=(0.485, 0.456, 0.406),
                                  std=(0.229, 0.224, 0.225))
     return data.expand_dims(0), scale
+
+
+def _too_thin(model, width, height):
+    """BadImage for a picture whose shorter side the R-CNN resize (GluonCV's
+    ``resize_short_within``, same arithmetic) would make less than one pixel long."""
+    import numpy as np
+
+    short_side, long_side = sorted((width, height))
+    scale = model.short / float(short_side)
+    if np.round(scale * long_side) > model.max_size:
+        scale = model.max_size / float(long_side)
+    if int(np.round(short_side * scale)) < 1:
+        raise BadImage("image too thin: %d x %d pixels is less than one pixel %s once resized for this "
+                       "model (longer side at most %d); send a less elongated image"
+                       % (width, height, "high" if height < width else "wide", model.max_size))
 
 
 def detect_image(model, rgb, threshold=DEFAULT_THRESHOLD, max_detections=None, masks=True):

@@ -15,6 +15,7 @@ WORK_DIR = "WORK_DIR"
 STOP_FILE = "STOP_FILE"
 LAUNCH_ID = "LAUNCH_ID"
 PRETRAINED_DIR = "PRETRAINED_DIR"
+WORKER_WAIT_S = "WORKER_WAIT_S"  # a worker host's bound on each wait for the leader's start
 MODE = "MODE"  # set by the `evaluate` command: the job's mode whatever its hyperparameters say
 
 LOG = logging.getLogger("detector_training")

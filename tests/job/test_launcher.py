@@ -1,10 +1,12 @@
 import io
+import json
 import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -184,3 +186,195 @@ def test_mpiruns_report_of_a_killed_rank_names_the_rank_and_its_host():
     assert b"exited on signal 9" in sink.getvalue()  # the output is passed on
     assert report.lost_rank() == ("rank 1 on host %s was killed by signal 9 (SIGKILL) before it "
                                   "could report an error." % socket.gethostname()), sink.getvalue()
+
+
+# --- a worker host's waits are bounded -----------------------------------------------------------
+
+# `train` on a worker host, in a process of its own, with the leader's SSH port a loopback port:
+# outside the image there is no sshd to start and no /etc/environment of the image's to append to,
+# so those two toolkit calls are left out; the waits, the probes and the failure path are the real ones.
+WORKER_HOST = """
+import socket, sys
+from sagemaker_training import mpi
+from detector_training import commands
+
+def can_connect(host, port=int(sys.argv[1])):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+mpi._can_connect = can_connect
+mpi._write_env_vars_to_file = lambda: None
+mpi._start_sshd_daemon = lambda: None
+commands.train()
+"""
+
+
+class Leader:
+    """The leader host's SSH port as a worker probes it: a loopback port that accepts (and closes)
+    every connection until ``close()`` (the host gone: connections refused from then on)."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _address = self.server.accept()
+            except OSError:
+                return
+            connection.close()
+
+    def close(self):
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone would not)
+        except OSError:
+            pass
+        self.server.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        self.close()
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def worker_host(tmp_path, leader_port, wait_s):
+    """`train` as host algo-2 of two (the leader algo-1 on ``leader_port``) with each wait for the
+    leader's start bounded to ``wait_s``: (exit code, seconds it ran, its log, its failure file)."""
+    config = tmp_path / "input" / "config"
+    config.mkdir(parents=True)
+    (config / "hyperparameters.json").write_text("{}")
+    (config / "resourceconfig.json").write_text(json.dumps({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}))
+    env = dict(os.environ, SAGEMAKER_BASE_DIR=str(tmp_path), DETECTOR_WORKER_WAIT_S=str(wait_s), PYTHONUNBUFFERED="1")
+    started = time.time()
+    result = subprocess.run([sys.executable, "-c", WORKER_HOST, str(leader_port)], env=env, capture_output=True,
+                            text=True, timeout=300)  # only catches a hang
+    failure = tmp_path / "output" / "failure"
+    return (result.returncode, time.time() - started, result.stdout + result.stderr,
+            failure.read_text() if failure.exists() else None)
+
+
+def test_a_worker_whose_leader_is_never_reachable_fails_within_the_bound(tmp_path):
+    code, took, log, failure = worker_host(tmp_path, free_port(), 3)  # nothing listens there
+    assert code == 1, log[-3000:]
+    assert "worker algo-2: waiting at most 3 s for the leader algo-1 to be reachable (its SSH daemon)" in log
+    assert failure.startswith("JobError: worker host algo-2 waited 3 s for the leader algo-1 to be reachable "
+                              "(its SSH daemon), in vain."), failure
+    assert took < 3 + 60  # the bound, and the start and exit of a Python process with MXNet's imports
+
+
+def test_a_worker_whose_leader_never_starts_its_ranks_fails_within_the_bound(tmp_path):
+    assert not [p for p in psutil.process_iter(attrs=["name"]) if p.info["name"] == "orted"]
+    with Leader() as leader:  # reachable, but it never runs mpirun
+        code, took, log, failure = worker_host(tmp_path, leader.port, 3)
+    assert code == 1, log[-3000:]
+    assert "worker algo-2: waiting at most 3 s for the leader algo-1's mpirun to start this host's ranks (orted)" in log
+    assert failure.startswith("JobError: worker host algo-2 waited 3 s for the leader algo-1's mpirun to start "
+                              "this host's ranks (orted), in vain."), failure
+    assert took < 3 + 60
+
+
+def orted(tmp_path):
+    """A real process named orted (a copy of sleep under that name), as mpirun's daemon is."""
+    import shutil
+
+    path = tmp_path / "orted"
+    shutil.copy(shutil.which("sleep"), path)
+    proc = subprocess.Popen([str(path), "600"])
+    assert wait_for_name(proc.pid, "orted")
+    return proc
+
+
+def wait_for_name(pid, name, timeout_s=10):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if psutil.Process(pid).name() == name:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def tcp_probe(port):
+    def can_connect(_host):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return True
+        except OSError:
+            return False
+    return can_connect
+
+
+PLAN = LaunchPlan(hosts=("algo-1", "algo-2"), current_host="algo-2", processes_per_host=1)
+
+
+def test_a_worker_whose_leader_goes_away_while_its_ranks_run_ends_them_within_the_bound(tmp_path, caplog):
+    from detector_training.errors import JobError
+    from detector_training.job.launcher import orted_processes, wait_for_job_end
+
+    ranks = orted(tmp_path)
+    leader = Leader()
+    probe = tcp_probe(leader.port)
+    try:
+        assert [p.pid for p in orted_processes()] == [ranks.pid]
+        threading.Timer(1.0, leader.close).start()  # the leader host goes away after a second
+        started = time.time()
+        with caplog.at_level(logging.INFO, logger="detector_training"):
+            with pytest.raises(JobError) as failed:
+                wait_for_job_end(PLAN, orted_processes(), probe, end_s=3, probe_s=0.2, poll_s=0.2,
+                                 status_file=str(tmp_path / "done"))
+        assert failed.value.cause == ("worker host algo-2: the leader algo-1 was unreachable for 3 s "
+                                      "while this host's ranks ran; ended them."), failed.value.cause
+        took = time.time() - started
+        assert 3 <= took < 1 + 3 + 30, took  # the slack: a loaded machine's scheduling
+        assert "and at most 3 s for the leader algo-1 if it becomes unreachable" in caplog.text
+        assert ranks.wait(10) == -signal.SIGKILL
+    finally:
+        ranks.kill()
+        leader.close()
+
+
+@pytest.mark.parametrize("reported", [True, False])
+def test_once_its_ranks_ended_a_worker_waits_for_the_leaders_report_within_the_bound(tmp_path, reported):
+    from detector_training.errors import JobError
+    from detector_training.job.launcher import orted_processes, wait_for_job_end
+
+    ranks = orted(tmp_path)
+    status = tmp_path / "done"
+    with Leader() as leader:  # the leader stays reachable
+        threading.Timer(0.5, ranks.kill).start()  # this host's ranks end
+        if reported:
+            threading.Timer(1.5, status.touch).start()
+        started = time.time()
+        if reported:
+            assert wait_for_job_end(PLAN, orted_processes(), tcp_probe(leader.port), end_s=3,
+                                    poll_s=0.2, status_file=str(status)) == 0
+            assert time.time() - started < 3 + 30
+        else:
+            with pytest.raises(JobError) as failed:
+                wait_for_job_end(PLAN, orted_processes(), tcp_probe(leader.port), end_s=3,
+                                 poll_s=0.2, status_file=str(status))
+            assert failed.value.cause == ("worker host algo-2 waited 3 s for the leader algo-1's report "
+                                          "of success after this host's ranks ended, in vain."), failed.value.cause
+            took = time.time() - started
+            assert 0.5 + 3 <= took < 0.5 + 3 + 30, took
+    ranks.wait(10)
+
+
+def test_the_workers_wait_is_1800_s_unless_set_and_a_bad_setting_is_a_config_error():
+    from detector_training.job.launcher import worker_wait_s
+
+    assert worker_wait_s({}) == 1800 and worker_wait_s({"DETECTOR_WORKER_WAIT_S": "2.5"}) == 2.5
+    for bad in ("soon", "0", "-3", "inf", "nan"):
+        with pytest.raises(ConfigError, match="DETECTOR_WORKER_WAIT_S=%s: expected a number of seconds > 0" % bad):
+            worker_wait_s({"DETECTOR_WORKER_WAIT_S": bad})

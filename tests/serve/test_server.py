@@ -35,13 +35,14 @@ def test_ping_turns_healthy_only_after_the_warm_up(trained_models, tmp_path):
 
 def test_gunicorn_runs_sync_workers_with_the_timeout_and_port_of_the_environment():
     from detector_training.serve.environment import read_environment
-    from detector_training.serve.server import gunicorn_options
+    from detector_training.serve.server import Worker, gunicorn_options
 
     env = read_environment({"SAGEMAKER_MODEL_SERVER_TIMEOUT": "17", "SAGEMAKER_BIND_TO_PORT": "9123",
                             "SAGEMAKER_MODEL_SERVER_WORKERS": "3"}, 4, 0)
     options = gunicorn_options(env)
     assert options["timeout"] == 17 and options["bind"] == ["0.0.0.0:9123"] and options["workers"] == 3
-    assert options["worker_class"] == "sync" and options["preload_app"] is False
+    assert options["worker_class"] is Worker and options["preload_app"] is False
+    assert Worker.__mro__[1].__name__ == "SyncWorker"  # gunicorn's sync worker, its timeout answer in JSON
     assert options["graceful_timeout"] < 30
 
 

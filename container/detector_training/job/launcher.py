@@ -47,6 +47,13 @@ LOG = logging.getLogger("detector_training")
 STOP_GRACE_S = 100
 EXIT_GRACE_S = EXIT_BOUND_S + 30  # for ranks after the model is written; they leave by themselves first
 STATUS_FILE = "/tmp/done"  # the toolkit's convention: /tmp/done.<leader>
+# A worker host's waits, each bounded (then the job fails, naming the host and what it waited
+# for): for the leader's SSH daemon, then for the ranks the leader's mpirun starts here (orted),
+# each at most WORKERS_WAIT_S (as long as the leader waits for its workers; DETECTOR_WORKER_WAIT_S
+# overrides it); and, once the ranks run, for the job's end: at most LEADER_END_S after the leader
+# went away (unreachable) or after this host's ranks ended, for the leader's report of success.
+WORKERS_WAIT_S = 1800
+LEADER_END_S = 120
 # Environment the ranks need from the launcher (names only: values never appear in argv).
 FORWARDED_ENV_PREFIXES = ("SAGEMAKER_", "SM_", "DETECTOR_", "FRCNN_", "AWS_", "MXNET_", "NCCL_", "HOROVOD_",
                           "OMP_", "PYTHON", "GLUON", "LD_LIBRARY_PATH", "PATH", "HOME")
@@ -169,7 +176,8 @@ def run_leader(plan, stop, rank_program, custom_mpi_options):
     return code
 
 
-def wait_for_workers(plan, can_connect, timeout_s=1800):
+def wait_for_workers(plan, can_connect, timeout_s=WORKERS_WAIT_S):
+    LOG.info("leader %s: waiting at most %d s for the workers' SSH daemons", plan.current_host, timeout_s)
     deadline = time.time() + timeout_s
     for host in plan.hosts[1:]:
         while not can_connect(host):
@@ -269,28 +277,113 @@ class MpirunReport:
             rank, host.rstrip("."), signum, name)
 
 
-def run_worker(plan):
-    """Run sshd for the leader's mpirun, wait for this host's ranks (orted) to come and go, then
-    for the leader's status file; leave early if the leader goes away."""
+def worker_wait_s(environ=None):
+    """A worker's bound on each wait for the leader's start: ``$DETECTOR_WORKER_WAIT_S`` seconds,
+    else WORKERS_WAIT_S."""
+    raw = settings.setting(settings.WORKER_WAIT_S, environ)
+    if raw is None:
+        return WORKERS_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise ConfigError("%s=%s: expected a number of seconds > 0." % (settings.name(settings.WORKER_WAIT_S), raw),
+                          "leave it out (%d s) or give a positive number." % WORKERS_WAIT_S)
+    return value
+
+
+def waited_in_vain(host, bound_s, what, fix):
+    return JobError("worker host %s waited %g s for %s, in vain." % (host, bound_s, what), fix)
+
+
+def wait_until(found, bound_s, host, what, fix, poll_s=1.0):
+    """What ``found()`` returns once it is truthy, polled every ``poll_s``; a JobError naming
+    ``host`` and ``what`` it waited for once ``bound_s`` passed (logged as the wait starts)."""
+    LOG.info("worker %s: waiting at most %g s for %s", host, bound_s, what)
+    deadline = time.time() + bound_s
+    while True:
+        result = found()
+        if result:
+            return result
+        if time.time() >= deadline:
+            raise waited_in_vain(host, bound_s, what, fix)
+        time.sleep(max(0.0, min(poll_s, deadline - time.time())))
+
+
+def orted_processes():
+    """This host's ``orted`` processes (the ranks' daemon the leader's mpirun starts over SSH)."""
+    import psutil
+
+    return [p for p in psutil.process_iter(attrs=["name"]) if p.info["name"] == "orted"]
+
+
+def wait_for_job_end(plan, orted, can_connect, end_s=LEADER_END_S, probe_s=30.0, poll_s=2.0,
+                     status_file=None):
+    """While this host's ranks (``orted``) run, the leader must stay reachable: unreachable for
+    ``end_s`` (probed every ``probe_s``) ends them and the job. Once they ended, the leader's
+    report of success (its status file) must come within ``end_s``. 0, else JobError."""
+    import psutil
+
+    host, leader = plan.current_host, plan.leader
+    status = status_file or STATUS_FILE + "." + leader
+    LOG.info("worker %s: this host's ranks run; waiting for their end, and at most %g s for the leader %s "
+             "if it becomes unreachable", host, end_s, leader)
+    seen = probed = time.time()
+    while True:
+        _gone, alive = psutil.wait_procs(orted, timeout=poll_s)
+        if not alive:
+            break
+        orted = alive
+        if time.time() - probed >= probe_s:
+            probed = time.time()
+            if can_connect(leader):
+                seen = probed
+            elif probed - seen >= end_s:
+                for proc in alive:
+                    try:
+                        proc.kill()
+                    except psutil.NoSuchProcess:
+                        pass
+                raise JobError("worker host %s: the leader %s was unreachable for %g s while this host's ranks "
+                               "ran; ended them." % (host, leader, end_s),
+                               "see the leader's log; a whole host lost is SageMaker's to end.")
+    LOG.info("worker %s: this host's ranks ended; waiting at most %g s for the leader %s's report of success",
+             host, end_s, leader)
+    deadline = time.time() + end_s
+    while True:
+        if os.path.exists(status):
+            LOG.info("worker %s: the leader reported success", host)
+            return 0
+        if not can_connect(leader):
+            raise JobError("worker host %s: the leader host %s ended without reporting success." % (host, leader),
+                           "see the leader's log for the failing rank.")
+        if time.time() >= deadline:
+            raise waited_in_vain(host, end_s, "the leader %s's report of success after this host's ranks ended"
+                                 % leader, "see the leader's log for the failing rank.")
+        time.sleep(max(0.0, min(poll_s, deadline - time.time())))
+
+
+def run_worker(plan, environ=None):
+    """Wait for the leader's SSH daemon, run sshd for the leader's mpirun, wait for this host's
+    ranks (orted) to come and go, then for the leader's report of success; every wait bounded
+    (WORKERS_WAIT_S, LEADER_END_S), each logged as it starts and a JobError naming this host and
+    what it waited for at its end."""
     from sagemaker_training import mpi
 
-    LOG.info("worker %s: waiting for the leader %s", plan.current_host, plan.leader)
-    while not mpi._can_connect(plan.leader):  # pylint: disable=protected-access
-        time.sleep(1)
+    bound_s = worker_wait_s(environ)
+    host, leader = plan.current_host, plan.leader
+    wait_until(lambda: mpi._can_connect(leader), bound_s, host,  # pylint: disable=protected-access
+               "the leader %s to be reachable (its SSH daemon)" % leader,
+               "see the leader's log (it fails before it starts its SSH daemon), or let the hosts reach "
+               "each other (VPC subnets, security group).")
     mpi._write_env_vars_to_file()  # pylint: disable=protected-access
     mpi._start_sshd_daemon()  # pylint: disable=protected-access
-    mpi._wait_orted_process_to_finish()  # pylint: disable=protected-access
-    status = STATUS_FILE + "." + plan.leader
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if os.path.exists(status):
-            LOG.info("worker %s: the leader reported success", plan.current_host)
-            return 0
-        if not mpi._can_connect(plan.leader):  # pylint: disable=protected-access
-            break
-        time.sleep(2)
-    raise JobError("the leader host %s ended without reporting success." % plan.leader,
-                   "see the leader's log for the failing rank.")
+    orted = wait_until(orted_processes, bound_s, host,
+                       "the leader %s's mpirun to start this host's ranks (orted)" % leader,
+                       "see the leader's log for mpirun's or SSH's error.")
+    LOG.info("worker %s: ranks started: %s", host, orted)
+    return wait_for_job_end(plan, orted, mpi._can_connect)  # pylint: disable=protected-access
 
 
 def main(job_main, rank_program):

@@ -11,7 +11,7 @@ import logging
 import time
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from detector_training import inference
 from detector_training.errors import one_line
@@ -46,6 +46,18 @@ def _error(status, message):
                     mimetype="application/json")
 
 
+def _body(limit):
+    """The request's body, at most ``limit`` bytes (RequestEntityTooLarge past it: a 413). A body
+    without a Content-Length (``Transfer-Encoding: chunked``) is read to one byte past the limit
+    to tell: werkzeug alone would stop at the limit and pass its first bytes on as the body."""
+    if request.content_length is not None:
+        return request.get_data(cache=False)  # werkzeug refuses a Content-Length over the limit
+    body = request.environ["wsgi.input"].read(limit + 1)  # gunicorn ends it at the last chunk
+    if len(body) > limit:
+        raise RequestEntityTooLarge()
+    return body
+
+
 def create_app(model, env):
     """The Flask application answering with ``model`` under the settings ``env``."""
     app = Flask("detector_training.serve")
@@ -67,14 +79,17 @@ def create_app(model, env):
         threshold, max_detections = formats.custom_attributes(
             request.headers.get("X-Amzn-SageMaker-Custom-Attributes"), env.threshold,
             env.max_detections)
-        body = request.get_data(cache=False)
+        body = _body(env.max_payload_bytes)
         if not body:
             raise formats.RequestError(400, "empty body: send the image's bytes")
         try:
             rgb = inference.decode_image(io.BytesIO(body))
         except inference.BadImage as exc:
             raise formats.RequestError(400, str(exc)) from None
-        detections = inference.detect_image(model, rgb, threshold, max_detections)
+        try:
+            detections = inference.detect_image(model, rgb, threshold, max_detections)
+        except inference.BadImage as exc:  # decoded, but not one this model can take
+            raise formats.RequestError(400, str(exc)) from None
         height, width = rgb.shape[:2]
         return Response(formats.render(detections, model.classes, width, height, media_type, verbose),
                         mimetype=media_type)

@@ -5,7 +5,9 @@ files and JSON, a network this image serves) and forks the workers. Each worker,
 gets its threads (CPU) or its one GPU through the environment MXNet reads when it starts, then
 loads the model and runs a warm-up pass (``app.load_worker_model``). A worker that cannot load
 the model exits with gunicorn's boot-error status, on which gunicorn stops the whole server: a
-broken model is an error in the log and a server that never answers ``/ping``.
+broken model is an error in the log and a server that never answers ``/ping``. A worker past
+SAGEMAKER_MODEL_SERVER_TIMEOUT in a request is ended by gunicorn's master, that request answered
+with a short JSON 504 (``Worker``), and replaced, as is a worker that died.
 
 SIGTERM (SageMaker's stop) is gunicorn's graceful shutdown: the listening socket closes, the
 requests in flight finish (for at most GRACEFUL_TIMEOUT seconds, inside SageMaker's 30 s before
@@ -14,6 +16,7 @@ exit code, even if an exit handler (MXNet's, a thread pool's) waits forever.
 """
 
 import glob
+import json
 import logging
 import os
 import re
@@ -22,6 +25,8 @@ import sys
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
+from gunicorn.util import write_nonblock
+from gunicorn.workers.sync import SyncWorker
 
 from detector_training import inference
 from detector_training.errors import ConfigError
@@ -68,11 +73,39 @@ def worker_environment(index, env, gpus):
 
 def gunicorn_options(env):
     """gunicorn's settings for ``env`` (without the worker hooks)."""
-    return {"bind": ["0.0.0.0:%d" % env.port], "workers": env.workers, "worker_class": "sync",
+    return {"bind": ["0.0.0.0:%d" % env.port], "workers": env.workers, "worker_class": Worker,
             "timeout": env.timeout, "graceful_timeout": GRACEFUL_TIMEOUT, "preload_app": False,
             "proc_name": "detector-serve", "errorlog": "-", "loglevel": "info",
             # no runtime-management socket (gunicornc): nothing outside SageMaker drives the server
             "control_socket_disable": True}
+
+
+class Worker(SyncWorker):
+    """gunicorn's sync worker, but the request in flight when the master ends it for passing the
+    timeout (SIGABRT) is answered like every other error, a short JSON (504), not gunicorn's
+    HTML page. The worker then exits and gunicorn starts another."""
+
+    timed_out = False
+
+    def handle_abort(self, sig, frame):
+        self.timed_out = True
+        super().handle_abort(sig, frame)
+
+    def handle_error(self, req, client, addr, exc):
+        if not self.timed_out:
+            super().handle_error(req, client, addr, exc)
+            return
+        message = ("the request took longer than the server's timeout of %d s "
+                   "(SAGEMAKER_MODEL_SERVER_TIMEOUT), its body's arrival included; its worker is "
+                   "restarted" % self.cfg.timeout)
+        LOG.error("serve: %s", message)
+        body = json.dumps({"error": message}).encode()
+        head = ("HTTP/1.1 504 Gateway Timeout\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                "Content-Length: %d\r\n\r\n" % len(body)).encode("latin-1")
+        try:
+            write_nonblock(client, head + body)
+        except OSError:
+            pass  # the client is gone
 
 
 class Server(BaseApplication):
