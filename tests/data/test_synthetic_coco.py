@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from detector_training.data.coco_format import annotation_file
+from detector_training.data.readers.coco_format import annotation_file
 from detector_training.data.synthetic_coco import TRAIN_SPLIT, generate
 from pycocotools.coco import COCO
 

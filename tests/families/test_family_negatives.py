@@ -15,7 +15,7 @@ import ground_truth as gt
 from detector_training import families
 from detector_training.core.distributed import World
 from detector_training.core.engine import MetricSums
-from detector_training.data.coco_format import annotation_file
+from detector_training.data.readers.coco_format import annotation_file
 from detector_training.data.common import Datasets
 from detector_training.data.negatives import is_negative
 from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate as generate_coco

@@ -10,7 +10,7 @@ import numpy as np
 import pycocotools.mask as cocomask
 import pytest
 from detector_training import families
-from detector_training.data.coco_format import annotation_file
+from detector_training.data.readers.coco_format import annotation_file
 from detector_training.data.formats import build_datasets
 from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
 from detector_training.errors import ConfigError, DataError

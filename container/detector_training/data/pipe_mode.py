@@ -24,7 +24,8 @@ import os
 import stat
 import struct
 
-from detector_training.data import host_once, manifest
+from detector_training.data import host_once
+from detector_training.data.readers import manifest
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")

@@ -1,6 +1,6 @@
 """The official Pascal VOC 2007/2012 (dataset=voc: its 20 classes; the tars from the channel,
 data_s3_uri or the mirrors), read into the labelled form every format reads into (its VOCdevkit
-tree through data/layouts/voc_exports.py, as dataset=custom reads one), once. Your own classes in
+tree through data/readers/voc_exports.py, as dataset=custom reads one), once. Your own classes in
 VOC XML, in a VOCdevkit tree or a labelling tool's export, are dataset=custom (custom.py)."""
 
 import os
@@ -8,8 +8,8 @@ import os
 from detector_training.values import is_voc_split
 from detector_training.errors import DataError
 from detector_training.data.formats.data_format import LabelledFormat
-from detector_training.data.layouts import voc_exports
-from detector_training.data.layouts.images import Frame
+from detector_training.data.readers import voc_exports
+from detector_training.data.readers.images import Frame
 from detector_training.data.sources import FetchOptions
 from detector_training.data.voc_fetch import DATA_CHANNELS, acquire_voc
 from detector_training.data.voc_layout import VOC_TARS, find_year_dirs

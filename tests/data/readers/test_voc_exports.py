@@ -9,7 +9,7 @@ import pytest
 
 import exports
 from detector_training.data import labelled
-from detector_training.data.layouts import voc_exports
+from detector_training.data.readers import voc_exports
 from detector_training.data.synthetic_voc import generate
 from detector_training.errors import DataError
 
@@ -223,7 +223,7 @@ def test_labelmap_lines_and_subset_files(tmp_path):
 
 
 def test_split_names_by_role_and_an_only_split_of_any_name_trains(tmp_path):
-    from detector_training.data.layouts import split_names
+    from detector_training.data.readers import split_names
 
     exports.cvat_voc(str(tmp_path / "a"), subsets=(("Train", 2), ("val", 1), ("Test", 1)))
     export = voc_exports.find_export(str(tmp_path / "a"))

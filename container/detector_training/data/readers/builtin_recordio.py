@@ -18,7 +18,7 @@ host copies the FIFO's bytes to a ``.rec`` file under the work directory once (u
 :mod:`host_once`'s lock and marker), and every rank reads that copy as in File mode.
 
 Class names: the records carry class ids only; the ``classes`` hyperparameter names them in id
-order, else the ids are the names ("0", "1", ...). Quirks as the other layouts
+order, else the ids are the names ("0", "1", ...). Quirks as the other readers
 (:func:`labelled.clean`, once the fractions are pixels): a box partly outside its image is
 clipped, one with no area dropped, each counted. A record that is not
 detection data (a scalar label, A < 2, B < 5, a length that is not A plus whole objects, pixel
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from detector_training.data import host_once, pipe_mode
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
-from detector_training.data.layouts.images import Frame, decode_nd, read_header
+from detector_training.data.readers.images import Frame, decode_nd, read_header
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")

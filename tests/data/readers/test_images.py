@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 import oriented
-from detector_training.data.layouts import images
+from detector_training.data.readers import images
 from detector_training.errors import DataError
 
 

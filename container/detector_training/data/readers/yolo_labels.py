@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import yaml
 
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
-from detector_training.data.layouts.images import IMAGE_SUFFIXES, Frame, read_header
+from detector_training.data.readers.images import IMAGE_SUFFIXES, Frame, read_header
 from detector_training.errors import DataError
 from detector_training.safe_yaml import SafeLoader
 

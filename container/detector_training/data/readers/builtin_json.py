@@ -30,7 +30,7 @@ import os
 from detector_training.core.files import json_preview, path_inside, read_json
 from detector_training.data.labelled import (Box, Drops, LabelledImage, LabelledSet, clean,
                                             merge_class_ids)
-from detector_training.data.layouts.images import Frame, ImageIndex, read_header
+from detector_training.data.readers.images import Frame, ImageIndex, read_header
 from detector_training.errors import DataError
 
 TRAIN, VALIDATION = "train", "validation"

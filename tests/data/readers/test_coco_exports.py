@@ -7,9 +7,9 @@ import os
 import pytest
 
 import builtin_exports as bx
-from detector_training.data import coco_format
+from detector_training.data.readers import coco_format
 from detector_training.data import labelled as labelled_set
-from detector_training.data.layouts import coco_exports as ce
+from detector_training.data.readers import coco_exports as ce
 from detector_training.errors import DataError
 
 ITEMS = bx.sample_objects(4)

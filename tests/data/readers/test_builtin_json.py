@@ -8,7 +8,7 @@ import pytest
 
 import builtin_exports as bx
 from detector_training.data import labelled
-from detector_training.data.layouts import builtin_json
+from detector_training.data.readers import builtin_json
 from detector_training.errors import DataError
 
 

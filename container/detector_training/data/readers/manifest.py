@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 
 from detector_training.core.files import json_preview, parse_json
-from detector_training.data.coco_format import choose_classes
+from detector_training.data.readers.coco_format import choose_classes
 from detector_training.data.labelled import merge_class_ids
 from detector_training.data.negatives import negative_label
 from detector_training.errors import DataError

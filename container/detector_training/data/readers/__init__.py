@@ -7,7 +7,8 @@ recognises and reads the folder shapes VOC XML comes in (a VOCdevkit tree, CVAT'
 ``images`` finds an annotation's image, reads its size and EXIF orientation tag from the file's
 header, and is the one decoder of every reader, ``serve`` and ``detector-predict``;
 ``builtin_json`` and ``builtin_recordio`` read the SageMaker built-in algorithm's inputs,
-``coco_exports`` the COCO exports of CVAT, Roboflow and Label Studio. Recognising and reading
+``coco_exports`` the COCO exports of CVAT, Roboflow and Label Studio, ``coco_format`` COCO JSON in
+the layout GluonCV reads, ``manifest`` Ground Truth manifests. Recognising and reading
 labels need no MXNet and decode no image, so the data check runs them as they are (only the
 training readers decode, through ``images.decode``). ``split_names`` says which of an
 export's splits train and which validate.

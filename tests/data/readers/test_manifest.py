@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ground_truth as gt
-from detector_training.data import manifest
+from detector_training.data.readers import manifest
 from detector_training.data.formats import build_datasets
 from detector_training.errors import DataError
 from detector_training.job.config import from_hyperparameters

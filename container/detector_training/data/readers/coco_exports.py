@@ -16,7 +16,7 @@ Each export found is an :class:`CocoExport`: the tool, the annotation file, the 
 name (``default`` and unknown names train). :func:`locate` picks the training export from the
 ``train`` channel and the validation export from the ``validation`` channel, else from the
 training channel's validation subset. :func:`read_labelled` gives an export's LabelledSet (for the
-data check); training reads the same files with :mod:`data.coco_format` (boxes, or masks for Mask
+data check); training reads the same files with :mod:`data.readers.coco_format` (boxes, or masks for Mask
 R-CNN), given :func:`export_classes` so that a placeholder category is not a class.
 """
 
@@ -24,10 +24,10 @@ import os
 from dataclasses import dataclass
 
 from detector_training.core.files import path_inside
-from detector_training.data.coco_format import category_names, read_document
+from detector_training.data.readers.coco_format import category_names, read_document
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
-from detector_training.data.layouts.builtin_json import NO_IMAGE
-from detector_training.data.layouts.images import Frame, read_header
+from detector_training.data.readers.builtin_json import NO_IMAGE
+from detector_training.data.readers.images import Frame, read_header
 from detector_training.errors import DataError
 
 CVAT, ROBOFLOW, LABEL_STUDIO = "CVAT COCO 1.0", "Roboflow COCO", "Label Studio COCO"

@@ -4,7 +4,7 @@ project's DataError naming the file, the line and the fix."""
 import pytest
 
 import exports
-from detector_training.data.layouts import voc_xml
+from detector_training.data.readers import voc_xml
 from detector_training.errors import DataError
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import builtin_exports as bx
 from detector_training.data import host_once, labelled
-from detector_training.data.layouts import builtin_recordio as rio
+from detector_training.data.readers import builtin_recordio as rio
 from detector_training.errors import DataError
 
 

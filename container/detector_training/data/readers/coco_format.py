@@ -17,7 +17,7 @@ import json
 import os
 
 from detector_training.core.files import json_preview, path_inside, read_json
-from detector_training.data.layouts.images import decode_nd
+from detector_training.data.readers.images import decode_nd
 from detector_training.data.negatives import negative_label
 from detector_training.errors import DataError
 

@@ -156,7 +156,7 @@ def test_data_one_folder_down_in_the_channel_is_found(coco_root, tmp_path):
 
 
 def test_an_annotation_file_named_by_path_stays_inside_the_channels(tmp_path):
-    from detector_training.data.coco_format import named_annotation_file
+    from detector_training.data.readers.coco_format import named_annotation_file
 
     channels = tmp_path / "data"
     (channels / "coco" / "labels").mkdir(parents=True)
@@ -192,7 +192,7 @@ DEEP = "[" * 100000 + "]" * 100000
     ("DEEP", "nested more than 64 levels deep"),
 ])
 def test_annotations_that_lie_are_refused_naming_the_file_and_the_field(coco_root, change, words):
-    from detector_training.data.coco_format import annotation_file, read_document
+    from detector_training.data.readers.coco_format import annotation_file, read_document
 
     path = annotation_file(coco_root, TRAIN_SPLIT)
     document = json.load(open(path))

@@ -7,7 +7,7 @@ import pytest
 
 import exports
 from detector_training.data import labelled
-from detector_training.data.layouts import yolo_labels as yolo
+from detector_training.data.readers import yolo_labels as yolo
 from detector_training.errors import DataError
 
 
