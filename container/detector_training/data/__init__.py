@@ -1,3 +1,4 @@
 """Data: the data formats (``formats/``: the registry and one module per format), the readers of
-exports, COCO JSON and Ground Truth manifests (``readers/``), labelled images, validation carving,
-samplers and loaders, Pipe mode, the verified VOC fetch once per host, generated datasets."""
+exports, COCO JSON and Ground Truth manifests (``readers/``), the acquiring of data (``acquire/``:
+sources, the verified VOC fetch once per host, Pipe mode), labelled images, validation carving,
+samplers and loaders, generated datasets."""

@@ -21,7 +21,7 @@ from xml.etree import ElementTree as ET
 
 from PIL import Image, ImageDraw, ImageFilter
 
-from detector_training.data.voc_layout import VOC_TAR_MB
+from detector_training.data.acquire.voc_tree import VOC_TAR_MB
 
 SHAPES = ("circle", "square", "triangle")
 _SIZES = ((160, 120), (120, 160), (176, 128), (144, 144), (200, 120))

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import builtin_exports as bx
-from detector_training.data import host_once, labelled
+from detector_training.data import labelled
+from detector_training.data.acquire import host_once
 from detector_training.data.readers import builtin_recordio as rio
 from detector_training.errors import DataError
 

@@ -14,11 +14,11 @@ algorithm's ``validation:mAP``.
 
 import os
 
-from detector_training.data import host_once
+from detector_training.data.acquire import host_once
 from detector_training.data.formats.data_format import LabelledFormat
 from detector_training.data.readers import builtin_json, builtin_recordio
 from detector_training.data.readers.images import Frame
-from detector_training.data.sources import FetchOptions
+from detector_training.data.acquire.sources import FetchOptions
 from detector_training.errors import DataError
 
 ANNOTATION_CHANNELS = tuple(builtin_json.annotation_channel(s)

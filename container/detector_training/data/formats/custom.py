@@ -15,10 +15,10 @@ from detector_training.data.formats.data_format import VALIDATION_CHANNEL, Label
 from detector_training.data.formats.voc import VOC, VOC_PRESET, check_voc_splits, devkit_split
 from detector_training.data.readers import split_names, voc_exports
 from detector_training.data.readers.images import Frame
-from detector_training.data.sources import FetchOptions
-from detector_training.data.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
+from detector_training.data.acquire.sources import FetchOptions
+from detector_training.data.acquire.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
                                               channel_holds_extracted, tar_specs)
-from detector_training.data.voc_layout import find_year_dirs
+from detector_training.data.acquire.voc_tree import find_year_dirs
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")

@@ -10,8 +10,8 @@ from detector_training.data.formats.data_format import DataFormat, LabelledDetec
 from detector_training.data.formats.voc import VOC_PRESET
 from detector_training.data.readers.images import Frame, Header, read_header
 from detector_training.data.negatives import is_negative, log_empty
-from detector_training.data.pipe_mode import manifest_root
-from detector_training.data.sources import FetchOptions
+from detector_training.data.acquire.pipe_mode import manifest_root
+from detector_training.data.acquire.sources import FetchOptions
 
 
 class GroundTruthManifest(DataFormat):

@@ -10,9 +10,9 @@ from detector_training.errors import DataError
 from detector_training.data.formats.data_format import LabelledFormat
 from detector_training.data.readers import voc_exports
 from detector_training.data.readers.images import Frame
-from detector_training.data.sources import FetchOptions
-from detector_training.data.voc_fetch import DATA_CHANNELS, acquire_voc
-from detector_training.data.voc_layout import VOC_TARS, find_year_dirs
+from detector_training.data.acquire.sources import FetchOptions
+from detector_training.data.acquire.voc_fetch import DATA_CHANNELS, acquire_voc
+from detector_training.data.acquire.voc_tree import VOC_TARS, find_year_dirs
 
 VOC_SPLITS = ("2007_trainval", "2012_trainval")
 VOC_VAL_SPLITS = ("2007_test",)

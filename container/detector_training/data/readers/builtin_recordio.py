@@ -10,7 +10,7 @@ width (>= 2, counting A and B), B the numbers per object (>= 5), corners as frac
 size. Objects of class -1 are padding (the built-in algorithm pads labels to ``label_width``).
 
 Recognition and the data check read the files without MXNet, through the RecordIO framing reader
-of :mod:`data.pipe_mode`, keeping each record's byte offset; image sizes come from the image
+of :mod:`data.acquire.pipe_mode`, keeping each record's byte offset; image sizes come from the image
 bytes' header (Pillow's lazy open). Training reads records by those offsets with MXNet's own
 ``mx.recordio.MXIndexedRecordIO`` (an index file written once per host under the work directory)
 and ``mx.recordio.unpack``: nothing is unpacked to loose files. In Pipe mode, local rank 0 of each
@@ -36,7 +36,7 @@ import tempfile
 import weakref
 from dataclasses import dataclass
 
-from detector_training.data import host_once, pipe_mode
+from detector_training.data.acquire import host_once, pipe_mode
 from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
 from detector_training.data.readers.images import Frame, decode_nd, read_header
 from detector_training.errors import DataError

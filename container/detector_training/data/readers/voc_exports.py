@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from detector_training.data.labelled import LabelledImage, LabelledSet, Drops, clean
 from detector_training.data.readers.images import Frame, ImageIndex, is_image_name, read_header
 from detector_training.data.readers.voc_xml import read_annotation
-from detector_training.data.voc_layout import find_year_dirs
+from detector_training.data.acquire.voc_tree import find_year_dirs
 from detector_training.errors import DataError
 
 VOCDEVKIT = "VOCdevkit tree"

@@ -1,4 +1,4 @@
-"""The VOC layout: where a devkit is found, and whether a tree is complete."""
+"""The VOC tree: where a devkit is found, and whether a tree is complete."""
 
 import os
 import shutil
@@ -7,7 +7,7 @@ import pytest
 
 from detector_training.errors import DataError
 from detector_training.data.synthetic_voc import generate
-from detector_training.data.voc_layout import check_voc_tree, expected_content, find_devkit, find_year_dirs, short_tar
+from detector_training.data.acquire.voc_tree import check_voc_tree, expected_content, find_devkit, find_year_dirs, short_tar
 
 
 def test_check_voc_tree(tmp_path):

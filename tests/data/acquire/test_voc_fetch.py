@@ -20,13 +20,13 @@ import pytest
 
 from fault_http_server import FaultServer
 from detector_training.core import archive
-from detector_training.data import host_once, sources, voc_fetch
+from detector_training.data.acquire import host_once, sources, voc_fetch
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import World
 from detector_training.errors import DataError
 from detector_training.job.sm_env import Environment, JobPaths
 from detector_training.data.synthetic_voc import generate, make_voc_tars
-from detector_training.data.voc_fetch import (OFFICIAL, FetchOptions, SourceSpec, TarSpec, acquire_voc, data_key,
+from detector_training.data.acquire.voc_fetch import (OFFICIAL, FetchOptions, SourceSpec, TarSpec, acquire_voc, data_key,
                                    failure_text, fetch_order, mirror_url, plan_sources, tar_specs)
 
 V07, T07, V12 = "VOCtrainval_06-Nov-2007.tar", "VOCtest_06-Nov-2007.tar", "VOCtrainval_11-May-2012.tar"

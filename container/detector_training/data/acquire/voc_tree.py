@@ -1,4 +1,4 @@
-"""The Pascal VOC directory layout, in one place: the three tars, what each leaves in the tree,
+"""The Pascal VOC tars and VOCdevkit tree, in one place: the three tars, what each leaves in the tree,
 where a ``VOCdevkit`` is found under a directory, and whether a tree is complete.
 
 Used by the fetch (to place and check what it extracted) and by the dataset readers (to find the

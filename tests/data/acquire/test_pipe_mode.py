@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import ground_truth as gt
-from detector_training.data import host_once, pipe_mode
+from detector_training.data.acquire import host_once, pipe_mode
 from detector_training.data.formats import build_datasets
 from detector_training.errors import DataError
 from detector_training.job.config import from_hyperparameters

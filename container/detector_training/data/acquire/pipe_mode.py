@@ -24,7 +24,7 @@ import os
 import stat
 import struct
 
-from detector_training.data import host_once
+from detector_training.data.acquire import host_once
 from detector_training.data.readers import manifest
 from detector_training.errors import DataError
 

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import use_s3_endpoint
 from fault_http_server import FaultServer
-from detector_training.data import sources
-from detector_training.data.sources import FetchOptions, SourceFailed, StagingWriteError
+from detector_training.data.acquire import sources
+from detector_training.data.acquire.sources import FetchOptions, SourceFailed, StagingWriteError
 from detector_training.errors import DataError
 
 FAST = FetchOptions(chunk_size=5 << 20, s3_workers=3, attempts=3, backoff_s=0.01, max_backoff_s=0.05,

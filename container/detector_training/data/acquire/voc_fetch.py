@@ -7,14 +7,14 @@ one only when the one before failed, for any reason: unreachable, missing, trunc
 that does not match, not a tar, or a member the extraction policy refuses.
 
 Verify, then extract: a source stages the whole tar on local disk, hashing it as it arrives
-(:mod:`detector_training.data.sources`); only a tar whose SHA-1 matched is opened as an archive, and it is
+(:mod:`detector_training.data.acquire.sources`); only a tar whose SHA-1 matched is opened as an archive, and it is
 extracted by Python's tarfile under a strict policy (:mod:`detector_training.core.archive`) into a private
 directory whose VOC tree is then moved into place. Tars overlap across each other, never within
 one: the largest is fetched first, and while one tar is extracted the next one downloads
 (``extract_parallelism`` tars are extracted side by side).
 
 Local rank 0 of each host does this under a lock; the other ranks wait for its completion marker
-(:mod:`detector_training.data.host_once`). A directory completed earlier with the same tars and checksums
+(:mod:`detector_training.data.acquire.host_once`). A directory completed earlier with the same tars and checksums
 is reused without a request.
 """
 
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from detector_training.core import archive
-from detector_training.data import host_once, sources
+from detector_training.data.acquire import host_once, sources
 from detector_training.errors import DataError, shorten
-from detector_training.data.sources import FetchOptions, SourceFailed, SourceSpec  # noqa: F401  (FetchOptions: the public knobs)
-from detector_training.data.voc_layout import (VOC_TAR_MB, VOC_TARS, check_voc_tree, expected_content, find_year_dirs,
+from detector_training.data.acquire.sources import FetchOptions, SourceFailed, SourceSpec  # noqa: F401  (FetchOptions: the public knobs)
+from detector_training.data.acquire.voc_tree import (VOC_TAR_MB, VOC_TARS, check_voc_tree, expected_content, find_year_dirs,
                          short_tar)
 
 LOG = logging.getLogger("detector_training")

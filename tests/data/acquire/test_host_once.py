@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from detector_training.data import host_once
+from detector_training.data.acquire import host_once
 from detector_training.errors import DataError
 
 
