@@ -25,7 +25,7 @@ from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import World
 from detector_training.errors import DataError
 from detector_training.job.sm_env import Environment, JobPaths
-from detector_training.data.synthetic_voc import generate, make_voc_tars
+from detector_training.data.generated.synthetic_voc import generate, make_voc_tars
 from detector_training.data.acquire.voc_fetch import (OFFICIAL, FetchOptions, SourceSpec, TarSpec, acquire_voc, data_key,
                                    failure_text, fetch_order, mirror_url, plan_sources, tar_specs)
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from detector_training.errors import DataError
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.data.acquire.voc_tree import check_voc_tree, expected_content, find_devkit, find_year_dirs, short_tar
 
 

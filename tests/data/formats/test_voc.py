@@ -11,7 +11,7 @@ from detector_training.data import formats
 from detector_training.data.formats import build_datasets
 from detector_training.job.config import from_hyperparameters
 from detector_training.errors import ConfigError, DataError
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 
 
 def test_unknown_class_in_annotations_is_a_clear_error(tmp_path):

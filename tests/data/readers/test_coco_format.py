@@ -11,7 +11,7 @@ from detector_training.job.config import from_hyperparameters
 from detector_training.data.formats import build_datasets
 from detector_training.errors import DataError
 from detector_training.core.evaluation import coco_result, combine, make_metric
-from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
+from detector_training.data.generated.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
 
 
 @pytest.fixture

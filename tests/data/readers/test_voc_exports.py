@@ -10,7 +10,7 @@ import pytest
 import exports
 from detector_training.data import labelled
 from detector_training.data.readers import voc_exports
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.errors import DataError
 
 

@@ -91,7 +91,7 @@ class COCO(DataFormat):
 
     def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
         """A generated COCO-format dataset (own categories, masks) in the 'coco' channel."""
-        from detector_training.data.synthetic_coco import generate
+        from detector_training.data.generated.synthetic_coco import generate
 
         channel = os.path.join(channels_dir, "coco")
         if not os.path.isdir(os.path.join(channel, ANNOTATIONS)):

@@ -83,7 +83,7 @@ class VOC(LabelledFormat):
     def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
         """A generated VOCdevkit (VOC2007, and VOC2012 with ``n_train_2012``) in the 'voc'
         channel, kept when one is there."""
-        from detector_training.data.synthetic_voc import generate
+        from detector_training.data.generated.synthetic_voc import generate
 
         channel = os.path.join(channels_dir, "voc")
         if not os.path.isdir(os.path.join(channel, "VOCdevkit")):

@@ -1,8 +1,8 @@
-"""Generated VOC-format data (data/synthetic_voc.py): what GluonCV reads, and the styles."""
+"""Generated VOC-format data (data/generated/synthetic_voc.py): what GluonCV reads, and the styles."""
 
 import pytest
 from detector_training.data.formats import build_datasets
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.job.config import from_hyperparameters
 
 
@@ -22,7 +22,7 @@ def test_generated_voc_reads_with_gluoncv(tmp_path):
 
 
 def test_the_other_style_differs_from_the_demo_in_shapes_colours_and_sizes(tmp_path):
-    from detector_training.data.synthetic_voc import STYLES
+    from detector_training.data.generated.synthetic_voc import STYLES
     from PIL import Image
 
     config = from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval"})

@@ -230,7 +230,7 @@ def file_sha1(path):
 
 def make_voc_tars(directory, train_2007=48, test_2007=24, train_2012=24, seed=0, pad_bytes=0,
                   pad_file_bytes=110_000, classes=None):
-    """Write the three VOC tars (for tests, benchmarks and demo jobs), built from :func:`detector_training.data.synthetic_voc.generate`, into
+    """Write the three VOC tars (for tests, benchmarks and demo jobs), built from :func:`detector_training.data.generated.synthetic_voc.generate`, into
     ``directory`` and return {tar name: sha1}.
 
     Members are ``VOCdevkit/VOC2007/...`` and ``VOCdevkit/VOC2012/...`` as in the real tars (2007

@@ -2,7 +2,7 @@
 
 ``annotations/instances_train2017.json`` and ``annotations/instances_val2017.json`` with the images
 under ``train2017/`` and ``val2017/`` (so the COCO presets' split names work unchanged), made of the
-same shapes as :mod:`detector_training.data.synthetic_voc`. Like a labelling tool's export it has categories of
+same shapes as :mod:`detector_training.data.generated.synthetic_voc`. Like a labelling tool's export it has categories of
 its own (ids 1, 3, 5: not contiguous, not COCO's 80); training entries name their image with
 ``file_name`` only, validation entries also carry a ``coco_url`` (as COCO's own files do), and the
 last validation image has no object at all. Every object has its instance mask: the outline of
@@ -14,7 +14,7 @@ import json
 import os
 import random
 
-from detector_training.data.synthetic_voc import STYLES, _background, make_image, shape_of, shape_polygon
+from detector_training.data.generated.synthetic_voc import STYLES, _background, make_image, shape_of, shape_polygon
 
 TRAIN_SPLIT = "instances_train2017"
 VAL_SPLIT = "instances_val2017"

@@ -1,11 +1,11 @@
-"""Generated COCO-format instance data (data/synthetic_coco.py): each mask covers the shape drawn."""
+"""Generated COCO-format instance data (data/generated/synthetic_coco.py): each mask covers the shape drawn."""
 
 import json
 
 import numpy as np
 import pytest
 from detector_training.data.readers.coco_format import annotation_file
-from detector_training.data.synthetic_coco import TRAIN_SPLIT, generate
+from detector_training.data.generated.synthetic_coco import TRAIN_SPLIT, generate
 from pycocotools.coco import COCO
 
 
