@@ -31,7 +31,7 @@ from engine_overhead import HPS, bare_loop, engine_loop, setup  # noqa: E402
 
 from detector_training.core.distributed import SingleProcess  # noqa: E402
 from detector_training.data import formats  # noqa: E402
-from detector_training.data.synthetic_voc import generate  # noqa: E402
+from detector_training.data.generated.synthetic_voc import generate  # noqa: E402
 from detector_training.job.config import from_hyperparameters  # noqa: E402
 from detector_training.job.sm_env import Environment  # noqa: E402
 

@@ -35,7 +35,7 @@ from detector_training.data.formats import build_datasets
 from detector_training.data.loaders import TrainData
 from detector_training.main import Loaders, Network
 from detector_training.data.samplers import steps_per_epoch
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 
 HPS = {"network": "faster_rcnn_resnet18_v1b_voc", "dataset": "custom", "pretrained_base": "false",
        "short": "128", "max_size": "176", "batch_size": "2", "lr": "0.01",

@@ -49,8 +49,8 @@ import urllib.request
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.distributed import World
 from detector_training.job.sm_env import Environment, JobPaths
-from detector_training.data.synthetic_voc import make_voc_tars
-from detector_training.data.voc_fetch import FetchOptions, acquire_voc
+from detector_training.data.generated.synthetic_voc import make_voc_tars
+from detector_training.data.acquire.voc_fetch import FetchOptions, acquire_voc
 
 MB = 1e6
 BUCKET = "detector-fetch-bench"

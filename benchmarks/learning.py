@@ -29,8 +29,8 @@ import sys
 import time
 
 from detector_training.job.demo import prepare_run_tree, run_hyperparameters, run_images
-from detector_training.data.synthetic_coco import generate as generate_coco
-from detector_training.data.synthetic_voc import generate as generate_voc
+from detector_training.data.generated.synthetic_coco import generate as generate_coco
+from detector_training.data.generated.synthetic_voc import generate as generate_voc
 
 BIN = os.path.dirname(sys.executable)
 

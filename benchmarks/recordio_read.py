@@ -26,9 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import builtin_exports as bx  # noqa: E402  (the tests' im2rec-style packer)
-from detector_training.data import pipe_mode  # noqa: E402
+from detector_training.data.acquire import pipe_mode  # noqa: E402
 from detector_training.data.formats.data_format import LabelledDetection  # noqa: E402
-from detector_training.data.layouts import builtin_recordio  # noqa: E402
+from detector_training.data.readers import builtin_recordio  # noqa: E402
 
 
 def read_all(dataset, order):

@@ -51,7 +51,7 @@ def write_images(folder):
     """JPEGs of generated shapes at 640 x 480 (a typical camera frame, scaled down by the model)."""
     from PIL import Image
 
-    from detector_training.data.synthetic_voc import make_image
+    from detector_training.data.generated.synthetic_voc import make_image
 
     os.makedirs(folder, exist_ok=True)
     for index in range(N_IMAGES):

@@ -16,7 +16,7 @@ import os
 import random
 from dataclasses import dataclass
 
-from detector_training.data.synthetic_voc import make_image
+from detector_training.data.generated.synthetic_voc import make_image
 
 CLASSES = ("circle", "square")
 

@@ -10,7 +10,7 @@ import random
 import struct
 import threading
 
-from detector_training.data.synthetic_voc import _background, make_image
+from detector_training.data.generated.synthetic_voc import _background, make_image
 
 ATTRIBUTE = "boxes"
 CLASSES = ("circle", "square", "triangle")

@@ -20,7 +20,7 @@ import oriented
 from detector_training import inference
 from detector_training.core import model_dir as layout
 from conftest import SERVED_JOBS
-from detector_training.data.synthetic_voc import make_image
+from detector_training.data.generated.synthetic_voc import make_image
 from test_predict import SMALL, archives, detect, image_path, make_tar, member, model, model_dir  # noqa: F401 (fixtures)
 
 

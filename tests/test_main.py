@@ -225,7 +225,7 @@ def test_read_data_hands_the_root_to_the_family_and_logs_the_sizes(tmp_path, cap
 
 
 def test_read_data_writes_the_data_report_of_what_the_job_reads(tmp_path, caplog):
-    from detector_training.data.synthetic_coco import generate
+    from detector_training.data.generated.synthetic_coco import generate
 
     generate(str(tmp_path / "coco"), 4, 2, seed=2)
     with caplog.at_level(logging.INFO, logger="detector_training"):

@@ -18,7 +18,7 @@ from PIL import Image
 import oriented
 from detector_training import inference, predict
 from detector_training.core import model_dir as layout
-from detector_training.data.synthetic_voc import make_image
+from detector_training.data.generated.synthetic_voc import make_image
 
 SCALE = 3  # test image = a generated image enlarged 3x, so the network input is smaller
 

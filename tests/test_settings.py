@@ -26,7 +26,7 @@ def test_an_old_name_alone_still_works_and_warns_once_naming_the_new_one(caplog)
 
 
 def test_fetch_settings_take_both_names():
-    from detector_training.data.sources import FetchOptions
+    from detector_training.data.acquire.sources import FetchOptions
 
     assert FetchOptions.from_environ({"DETECTOR_FETCH_WORKERS": "3"}).s3_workers == 3
     assert FetchOptions.from_environ({"FRCNN_FETCH_DEADLINE_S": "12"}).deadline_s == 12.0
@@ -35,7 +35,7 @@ def test_fetch_settings_take_both_names():
 def test_a_fetch_setting_that_is_not_a_number_names_the_variable():
     import pytest
 
-    from detector_training.data.sources import FetchOptions
+    from detector_training.data.acquire.sources import FetchOptions
     from detector_training.errors import DataError
 
     with pytest.raises(DataError, match="invalid DETECTOR_FETCH_CHUNK_MB='big'"):

@@ -6,7 +6,7 @@ the evaluation report and the serving benchmark all run.
   ``model-symbol.json`` + ``model-0000.params``, ``classes.json`` and ``config.json``;
 * **decode**: image bytes to RGB pixels with Pillow under a policy (formats, a pixel cap read
   from the header, truncated files refused, grey/palette/RGBA/CMYK/16-bit converted), turned
-  upright by the EXIF orientation tag (``data/layouts/images.decode``, the training readers' one);
+  upright by the EXIF orientation tag (``data/readers/images.decode``, the training readers' one);
 * **detect**: the image resized as the R-CNN families' validation resizes it (short side = the
   last training scale, longer side capped at ``max_size``), or to the data shape's square
   (``short`` x ``short``) for a family whose ``test_resize`` says so (SSD, YOLOv3), the forward pass, and boxes back in the pixel coordinates of the original
@@ -32,7 +32,7 @@ DEFAULT_MAX_DETECTIONS = 100
 
 MAX_SIDE = 8192  # pixels: a model asking for larger test images is not one this module runs
 
-# Decoding policy for image bytes: the formats of data/layouts/images.py, and at most this many
+# Decoding policy for image bytes: the formats of data/readers/images.py, and at most this many
 # pixels (checked from the header, before any pixel is decoded). A 50-megapixel photo passes; a
 # decompression bomb (a small file that declares a huge canvas) does not.
 MAX_IMAGE_PIXELS = 64_000_000
@@ -191,11 +191,11 @@ def _load_directory(directory, source, ctx):
 
 def decode_image(stream, max_pixels=MAX_IMAGE_PIXELS, oriented=True):
     """The image in ``stream`` (a path or a binary file object) as an RGB uint8 array of shape
-    (height, width, 3): ``data/layouts/images.decode``, the training readers' decoder, upright
+    (height, width, 3): ``data/readers/images.decode``, the training readers' decoder, upright
     (turned by its EXIF orientation tag as browsers and labelling tools show it: a model answers
     boxes in the picture its user sees) unless ``oriented`` is false (labels of the stored
     pixels). BadImage when it is not one that decoder reads."""
-    from detector_training.data.layouts import images
+    from detector_training.data.readers import images
 
     try:
         return images.decode(stream, oriented=oriented, max_pixels=max_pixels)

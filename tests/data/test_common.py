@@ -7,7 +7,7 @@ import pytest
 
 from detector_training.job.config import from_hyperparameters
 from detector_training.data.formats import build_datasets
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.errors import ConfigError
 
 

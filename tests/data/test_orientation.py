@@ -17,7 +17,7 @@ import oriented
 from conftest import real_export
 from detector_training.data import formats
 from detector_training.data.formats import build_datasets
-from detector_training.data.synthetic_coco import generate as generate_coco
+from detector_training.data.generated.synthetic_coco import generate as generate_coco
 from detector_training.job import check_data
 from detector_training.job.config import from_hyperparameters
 

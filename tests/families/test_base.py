@@ -14,8 +14,8 @@ from detector_training.core.evaluation import validate
 from detector_training.core.networks import (
     trainable_params,
 )
-from detector_training.data.synthetic_coco import generate as generate_coco
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_coco import generate as generate_coco
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.job.config import from_hyperparameters
 
 

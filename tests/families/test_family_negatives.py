@@ -15,11 +15,11 @@ import ground_truth as gt
 from detector_training import families
 from detector_training.core.distributed import World
 from detector_training.core.engine import MetricSums
-from detector_training.data.coco_format import annotation_file
+from detector_training.data.readers.coco_format import annotation_file
 from detector_training.data.common import Datasets
 from detector_training.data.negatives import is_negative
-from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate as generate_coco
-from detector_training.data.synthetic_voc import generate as generate_voc
+from detector_training.data.generated.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate as generate_coco
+from detector_training.data.generated.synthetic_voc import generate as generate_voc
 from detector_training.job.config import from_hyperparameters
 
 FASTER = {"network": "faster_rcnn_resnet18_v1b_voc", "short": "128", "max_size": "176"}

@@ -6,7 +6,7 @@ import mxnet as mx
 import pytest
 from detector_training import families
 from detector_training.data.formats import build_datasets
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.errors import ConfigError
 from detector_training.families import build_network
 from detector_training.families.faster_rcnn import fit_proposals_to_images

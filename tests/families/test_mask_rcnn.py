@@ -10,9 +10,9 @@ import numpy as np
 import pycocotools.mask as cocomask
 import pytest
 from detector_training import families
-from detector_training.data.coco_format import annotation_file
+from detector_training.data.readers.coco_format import annotation_file
 from detector_training.data.formats import build_datasets
-from detector_training.data.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
+from detector_training.data.generated.synthetic_coco import TRAIN_SPLIT, VAL_SPLIT, generate
 from detector_training.errors import ConfigError, DataError
 from detector_training.families.mask_rcnn import MaskRCNN, score_instances
 from detector_training.job.config import from_hyperparameters

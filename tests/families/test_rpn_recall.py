@@ -9,8 +9,8 @@ import pytest
 from detector_training import families
 from detector_training.core import proposal_recall
 from detector_training.core.distributed import SingleProcess
-from detector_training.data.synthetic_coco import generate as generate_coco
-from detector_training.data.synthetic_voc import generate as generate_voc
+from detector_training.data.generated.synthetic_coco import generate as generate_coco
+from detector_training.data.generated.synthetic_voc import generate as generate_voc
 from detector_training.job.config import from_hyperparameters
 
 CASES = {

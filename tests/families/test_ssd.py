@@ -18,7 +18,7 @@ from detector_training import families
 from detector_training.core.distributed import World
 from detector_training.core.engine import MetricSums
 from detector_training.data.formats import build_datasets
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.errors import ConfigError
 from detector_training.families.ssd import SSD, base_size
 from detector_training.job.config import from_hyperparameters
@@ -174,7 +174,7 @@ def test_an_ssd_model_starts_a_job_on_other_classes(tmp_path, caplog):
 def test_ssd_on_coco_format_data_scores_with_cocos_metric_in_original_pixels(tmp_path):
     from detector_training.core.distributed import SingleProcess
     from detector_training.core.evaluation import validate
-    from detector_training.data.synthetic_coco import generate as generate_coco
+    from detector_training.data.generated.synthetic_coco import generate as generate_coco
 
     root = generate_coco(str(tmp_path / "coco"), n_train=2, n_val=2, seed=1)
     config = from_hyperparameters({"network": "ssd_512_mobilenet1.0_coco", "dataset": "coco",

@@ -23,7 +23,7 @@ from detector_training.core.hooks import EpochSetupHook
 from detector_training.data.common import Datasets
 from detector_training.data.formats import build_datasets
 from detector_training.data.samplers import steps_per_epoch
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.errors import ConfigError
 from detector_training.job.metrics import definitions_for
 
@@ -357,7 +357,7 @@ def test_yolo_on_coco_format_data_scores_with_cocos_metric_in_original_pixels(tm
     detections scores 1.0."""
     from detector_training.core.distributed import SingleProcess
     from detector_training.core.evaluation import validate
-    from detector_training.data.synthetic_coco import generate as generate_coco
+    from detector_training.data.generated.synthetic_coco import generate as generate_coco
 
     root = generate_coco(str(tmp_path / "coco"), n_train=4, n_val=3, seed=1)
     config = from_hyperparameters({"network": "yolo3_mobilenet0.25_coco", "dataset": "coco",

@@ -56,7 +56,7 @@ def loopback_s3():
 
 
 def test_docker_run_trains_on_voc_tars_from_loopback_s3(image, job_dir, tmp_path, loopback_s3):
-    from detector_training.data.synthetic_voc import make_voc_tars
+    from detector_training.data.generated.synthetic_voc import make_voc_tars
 
     endpoint, s3 = loopback_s3
     sums = make_voc_tars(str(tmp_path / "tars"), train_2007=6, test_2007=3, train_2012=2, seed=5)

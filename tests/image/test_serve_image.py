@@ -19,7 +19,7 @@ import requests
 from PIL import Image
 
 from conftest import require_image, wait_for
-from detector_training.data.synthetic_voc import make_image
+from detector_training.data.generated.synthetic_voc import make_image
 
 IMAGE = os.environ.get("IMAGE", "detector-training:cpu")
 GPU_IMAGE = os.environ.get("GPU_IMAGE", "detector-training:gpu")

@@ -11,7 +11,7 @@ from PIL import Image
 
 import ground_truth
 from detector_training.data import formats
-from detector_training.data.synthetic_coco import generate as generate_coco
+from detector_training.data.generated.synthetic_coco import generate as generate_coco
 from detector_training.job import check_data
 from detector_training.job.check_data import check, main
 
@@ -300,7 +300,7 @@ def test_an_entity_bomb_is_refused_naming_the_file(tmp_path):
 
 
 def test_a_vocdevkit_in_the_voc_channel_is_checked_as_the_job_reads_it(tmp_path):
-    from detector_training.data.synthetic_voc import generate as generate_voc
+    from detector_training.data.generated.synthetic_voc import generate as generate_voc
 
     generate_voc(str(tmp_path / "voc"), train_2007=8, test_2007=4, train_2012=0, seed=1)
     asked = {"dataset": "custom", "train_splits": "2007_trainval"}

@@ -14,7 +14,7 @@ import requests
 from PIL import Image
 
 from conftest import BIN, wait_for
-from detector_training.data.synthetic_voc import make_image
+from detector_training.data.generated.synthetic_voc import make_image
 
 CLASSES = ["circle", "square", "triangle"]
 EVERYTHING = {"X-Amzn-SageMaker-Custom-Attributes": "threshold=0"}

@@ -1,3 +1,4 @@
-"""Data: the data formats (``formats/``: the registry and one module per format) and the readers of
-exports (``layouts/``), labelled images, validation carving, samplers and loaders, Ground Truth
-manifests and Pipe mode, the verified VOC fetch once per host, generated datasets."""
+"""Data: the data formats (``formats/``: the registry and one module per format), the readers of
+exports, COCO JSON and Ground Truth manifests (``readers/``), the acquiring of data (``acquire/``:
+sources, the verified VOC fetch once per host, Pipe mode), generated datasets (``generated/``), and
+here the pieces they share: labelled images, validation carving, samplers and loaders, negatives."""

@@ -39,7 +39,7 @@ class LabelledImage:
     states it, or None when unknown; ``where`` names the annotation it came from.
     ``orientation`` is its EXIF orientation tag (1: none; None: not read, its size being the
     annotation's); ``oriented`` whether its boxes and size are in the upright frame (the tag
-    applied when it is decoded) rather than the stored one (see ``layouts/images.Frame``)."""
+    applied when it is decoded) rather than the stored one (see ``readers/images.Frame``)."""
 
     path: str
     boxes: list = field(default_factory=list)

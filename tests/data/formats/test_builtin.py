@@ -11,7 +11,7 @@ import builtin_exports as bx
 import ground_truth as gt
 from detector_training.data import formats
 from detector_training.data.formats.data_format import LabelledDetection
-from detector_training.data.layouts.builtin_recordio import RecordDetection
+from detector_training.data.readers.builtin_recordio import RecordDetection
 from detector_training.errors import DataError
 from detector_training.job.config import from_hyperparameters
 from detector_training.core.evaluation import VOC07

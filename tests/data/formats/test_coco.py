@@ -6,7 +6,7 @@ import pytest
 
 from detector_training.data import formats
 from detector_training.data.formats import build_datasets
-from detector_training.data.synthetic_coco import generate
+from detector_training.data.generated.synthetic_coco import generate
 from detector_training.errors import ConfigError, DataError
 from detector_training.job.config import from_hyperparameters
 from detector_training.job.sm_env import Environment

@@ -9,10 +9,10 @@ import pytest
 import builtin_exports as bx
 import exports
 import ground_truth as gt
-from detector_training.data import formats, manifest as manifest_lines
-from detector_training.data import coco_format
-from detector_training.data.layouts import builtin_json, coco_exports, voc_xml, yolo_labels
-from detector_training.data.synthetic_voc import generate
+from detector_training.data import formats
+from detector_training.data.readers import builtin_json, coco_exports, coco_format, voc_xml, yolo_labels
+from detector_training.data.readers import manifest as manifest_lines
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.job import check_data
 from detector_training.job.config import from_hyperparameters
 
@@ -49,7 +49,7 @@ def official_voc(data):  # the VOCdevkit tree the job extracts from the official
 
 
 def coco_tree(data):  # GluonCV's COCO layout, generated
-    from detector_training.data.synthetic_coco import generate as generate_coco
+    from detector_training.data.generated.synthetic_coco import generate as generate_coco
 
     generate_coco(os.path.join(data, "coco"), 5, 2, seed=1)
 

@@ -11,8 +11,8 @@ import pytest
 import ground_truth as gt
 from detector_training.data import formats
 from detector_training.data.formats import DataFormat
-from detector_training.data.synthetic_coco import generate as generate_coco
-from detector_training.data.synthetic_voc import generate as generate_voc
+from detector_training.data.generated.synthetic_coco import generate as generate_coco
+from detector_training.data.generated.synthetic_voc import generate as generate_voc
 from detector_training.errors import DataError
 from detector_training.job.config_file import load_config
 from detector_training.job.sm_env import Environment

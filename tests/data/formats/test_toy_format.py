@@ -14,7 +14,7 @@ from conftest import TINY
 from detector_training.data import formats
 from detector_training.data.formats import LabelledFormat
 from detector_training.data.labelled import Box, LabelledImage, LabelledSet
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 from detector_training.main import job_main
 
 LABELS = "boxes.csv"  # file,xmin,ymin,xmax,ymax,class per line; images beside it

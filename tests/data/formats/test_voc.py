@@ -11,7 +11,7 @@ from detector_training.data import formats
 from detector_training.data.formats import build_datasets
 from detector_training.job.config import from_hyperparameters
 from detector_training.errors import ConfigError, DataError
-from detector_training.data.synthetic_voc import generate
+from detector_training.data.generated.synthetic_voc import generate
 
 
 def test_unknown_class_in_annotations_is_a_clear_error(tmp_path):
@@ -65,7 +65,7 @@ def test_custom_reads_an_extracted_tree_in_the_channel_as_is(tmp_path):
 def test_custom_never_reaches_for_the_official_voc_tars(tmp_path, monkeypatch):
     """A CVAT-style export (no VOCdevkit) with dataset=custom: a clear error naming what the
     channel holds, and no source is tried (the official mirror is the default data_mirrors)."""
-    from detector_training.data import sources
+    from detector_training.data.acquire import sources
 
     def no_fetch(*args, **kwargs):
         raise AssertionError("a source was tried")

@@ -2,9 +2,9 @@
 same channels (``dataset=builtin``, recognised from them):
 
 - the image format: ``train``/``validation`` images and ``train_annotation``/
-  ``validation_annotation`` JSON, one per image (reader: data/layouts/builtin_json.py);
+  ``validation_annotation`` JSON, one per image (reader: data/readers/builtin_json.py);
 - RecordIO: ``.rec`` files as im2rec packs detection data in ``train``/``validation``, in File
-  mode or through Pipe mode's FIFOs, copied once per host (reader: data/layouts/builtin_recordio.py;
+  mode or through Pipe mode's FIFOs, copied once per host (reader: data/readers/builtin_recordio.py;
   records are read by offset with MXNet's reader, never unpacked to files).
 
 One format for both, as the algorithm takes both in the same channels with the same class ids
@@ -14,11 +14,11 @@ algorithm's ``validation:mAP``.
 
 import os
 
-from detector_training.data import host_once
+from detector_training.data.acquire import host_once
 from detector_training.data.formats.data_format import LabelledFormat
-from detector_training.data.layouts import builtin_json, builtin_recordio
-from detector_training.data.layouts.images import Frame
-from detector_training.data.sources import FetchOptions
+from detector_training.data.readers import builtin_json, builtin_recordio
+from detector_training.data.readers.images import Frame
+from detector_training.data.acquire.sources import FetchOptions
 from detector_training.errors import DataError
 
 ANNOTATION_CHANNELS = tuple(builtin_json.annotation_channel(s)

@@ -1,18 +1,18 @@
-"""COCO-format JSON (see coco_format.py), read with GluonCV's COCO readers: its own categories,
+"""COCO-format JSON (see readers/coco_format.py), read with GluonCV's COCO readers: its own categories,
 boxes and instance masks, scored by COCO's AP over the validation annotation file. The data is
 GluonCV's layout (annotations/<split>.json), files named by path, or a labelling tool's export as
-the tool wrote it (CVAT, Roboflow, Label Studio: see layouts/coco_exports.py)."""
+the tool wrote it (CVAT, Roboflow, Label Studio: see readers/coco_exports.py)."""
 
 import logging
 import os
 
 from detector_training.core.evaluation import COCO
 from detector_training.errors import DataError
-from detector_training.data.coco_format import ANNOTATIONS, find_coco_root
+from detector_training.data.readers.coco_format import ANNOTATIONS, find_coco_root
 from detector_training.data.common import Datasets, SubsetDataset
 from detector_training.data.formats.data_format import DataFormat
-from detector_training.data.layouts import coco_exports
-from detector_training.data.layouts.images import Frame
+from detector_training.data.readers import coco_exports
+from detector_training.data.readers.images import Frame
 from detector_training.data.negatives import is_negative, log_empty
 
 LOG = logging.getLogger("detector_training")
@@ -91,7 +91,7 @@ class COCO(DataFormat):
 
     def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
         """A generated COCO-format dataset (own categories, masks) in the 'coco' channel."""
-        from detector_training.data.synthetic_coco import generate
+        from detector_training.data.generated.synthetic_coco import generate
 
         channel = os.path.join(channels_dir, "coco")
         if not os.path.isdir(os.path.join(channel, ANNOTATIONS)):
@@ -100,7 +100,7 @@ class COCO(DataFormat):
     @property
     def documents(self):
         """The annotation files this instance (the job's one) has read, each read once."""
-        from detector_training.data.coco_format import Documents
+        from detector_training.data.readers.coco_format import Documents
 
         return vars(self).setdefault("_documents", Documents())
 
@@ -115,7 +115,7 @@ class COCO(DataFormat):
     def labelled(self, channels_dir, split, config):
         """The annotation file that ``read`` reads for ``split``, as a LabelledSet: sizes from
         the image entries, crowd boxes left out as in training."""
-        from detector_training.data.coco_format import (annotation_file, category_names,
+        from detector_training.data.readers.coco_format import (annotation_file, category_names,
                                                         find_coco_root, image_paths,
                                                         named_annotation_file)
 
@@ -206,11 +206,11 @@ def _holds_export(channel, config):
 
 
 def _export_datasets(config, channels_dir, channels, instances, frame, documents):
-    """A labelling tool's COCO export (see layouts/coco_exports.py): its classes (placeholder
+    """A labelling tool's COCO export (see readers/coco_exports.py): its classes (placeholder
     categories left out, or those asked for), the training file's images with objects;
     validation from the validation export, else a seeded tenth of the training file's images by
     id, so that COCO's metric scores exactly those. Images are decoded in the ``frame``."""
-    from detector_training.data.coco_format import (carve_image_ids, coco_dataset_class,
+    from detector_training.data.readers.coco_format import (carve_image_ids, coco_dataset_class,
                                                     coco_instance_class)
 
     train_export, val_export = coco_exports.locate(channels_dir, channels)
@@ -238,11 +238,11 @@ def _export_datasets(config, channels_dir, channels, instances, frame, documents
 
 
 def _coco_datasets(config, data_root, instances, frame, documents):
-    """COCO-format data (see coco_format.py): the training images that have objects of the chosen
+    """COCO-format data (see readers/coco_format.py): the training images that have objects of the chosen
     categories; every validation image, in id order, as GluonCV's COCO metrics expect. With
     ``instances``, objects carry their masks (GluonCV's COCOInstance layout). Images are decoded
     in the ``frame``."""
-    from detector_training.data.coco_format import (annotation_file, carve_image_ids,
+    from detector_training.data.readers.coco_format import (annotation_file, carve_image_ids,
                                                     coco_dataset_class, coco_instance_class,
                                                     find_coco_root, named_annotation_file)
 

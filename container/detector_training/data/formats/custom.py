@@ -1,5 +1,5 @@
 """dataset=custom: your own classes in Pascal VOC XML, in any of the folder shapes it comes in
-(``data/layouts/voc_exports.py``): a VOCdevkit tree (extracted in the channel, or your own tars
+(``data/readers/voc_exports.py``): a VOCdevkit tree (extracted in the channel, or your own tars
 named in ``data_checksums``), CVAT's "Pascal VOC 1.1", labelImg's two, Roboflow's. Never the
 official VOC tars (that is dataset=voc).
 
@@ -13,12 +13,12 @@ import os
 
 from detector_training.data.formats.data_format import VALIDATION_CHANNEL, LabelledFormat
 from detector_training.data.formats.voc import VOC, VOC_PRESET, check_voc_splits, devkit_split
-from detector_training.data.layouts import split_names, voc_exports
-from detector_training.data.layouts.images import Frame
-from detector_training.data.sources import FetchOptions
-from detector_training.data.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
+from detector_training.data.readers import split_names, voc_exports
+from detector_training.data.readers.images import Frame
+from detector_training.data.acquire.sources import FetchOptions
+from detector_training.data.acquire.voc_fetch import (DATA_CHANNELS, OFFICIAL, acquire_voc,
                                               channel_holds_extracted, tar_specs)
-from detector_training.data.voc_layout import find_year_dirs
+from detector_training.data.acquire.voc_tree import find_year_dirs
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")

@@ -24,7 +24,7 @@ the recognition and the docs):
   ``fixed_classes``: its class list is fixed by the format (voc's 20), so the ``classes``
   hyperparameter does not apply and a model scored on it must have that list;
 * ``frame``: which picture of a photo stored with an EXIF orientation tag its labelling tool
-  showed, so the one its boxes are in (``layouts/images.Frame``): ``ORIENTED`` (upright, as
+  showed, so the one its boxes are in (``readers/images.Frame``): ``ORIENTED`` (upright, as
   browsers, CVAT, Label Studio, Ground Truth, Ultralytics and Roboflow show it), ``STORED`` (the
   pixels as stored) or ``BY_SIZE`` (per image, the one its annotation's stated size matches).
   Training, validation, the data check and the evaluation decode and size each image in it.
@@ -60,7 +60,7 @@ import numpy as np
 from detector_training.core.evaluation import VOC07
 from detector_training.data.common import SubsetDataset, carve_validation, with_validation
 from detector_training.data.labelled import Drops, boxes_of
-from detector_training.data.layouts.images import Frame
+from detector_training.data.readers.images import Frame
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
 
@@ -184,7 +184,7 @@ class LabelledFormat(DataFormat):
     (and counts) boxes of classes not asked for; leaves out images without boxes with
     ``skip_empty``, else keeps them as negatives (the placeholder row of ``negative_label``);
     takes the aspect ratios from ``size``; logs the layout found, images and objects per class,
-    and the drop tally by reason. Images are decoded as RGB (``layouts/images.decode``, turned
+    and the drop tally by reason. Images are decoded as RGB (``readers/images.decode``, turned
     upright where the image's ``oriented`` says) when a sample is read; a file that does not
     decode is a DataError naming it. A reader sizes and frames each image by the format's
     ``frame`` (passed to it).
@@ -326,6 +326,6 @@ class LabelledDetection:
         return len(self._paths)
 
     def __getitem__(self, idx):
-        from detector_training.data.layouts.images import decode_nd
+        from detector_training.data.readers.images import decode_nd
 
         return decode_nd(self._paths[idx], self._oriented[idx]), self._labels[idx].copy()

@@ -1,17 +1,17 @@
-"""A SageMaker Ground Truth object-detection manifest (see manifest.py), in File mode or in Pipe
+"""A SageMaker Ground Truth object-detection manifest (see readers/manifest.py), in File mode or in Pipe
 mode (an augmented manifest, drained once per host by pipe_mode.py)."""
 
 import os
 
 from detector_training.errors import DataError
-from detector_training.data import manifest
+from detector_training.data.readers import manifest
 from detector_training.data.common import SubsetDataset, with_validation
 from detector_training.data.formats.data_format import DataFormat, LabelledDetection
 from detector_training.data.formats.voc import VOC_PRESET
-from detector_training.data.layouts.images import Frame, Header, read_header
+from detector_training.data.readers.images import Frame, Header, read_header
 from detector_training.data.negatives import is_negative, log_empty
-from detector_training.data.pipe_mode import manifest_root
-from detector_training.data.sources import FetchOptions
+from detector_training.data.acquire.pipe_mode import manifest_root
+from detector_training.data.acquire.sources import FetchOptions
 
 
 class GroundTruthManifest(DataFormat):
@@ -81,7 +81,7 @@ class GroundTruthManifest(DataFormat):
 
 
 def _manifest_datasets(config, root, entries_in, frame):
-    """A Ground Truth manifest's data (see manifest.py) under ``root``: the ``train`` (or
+    """A Ground Truth manifest's data (see readers/manifest.py) under ``root``: the ``train`` (or
     ``training``) channel's manifests, the ``validation`` channel's when there is one (not read
     when ``val_fraction`` carves the validation split), images in the ``images`` channel. Without
     a validation manifest (and val_fraction 0), DEFAULT_VAL_FRACTION of the training lines are

@@ -1,6 +1,6 @@
 """The official Pascal VOC 2007/2012 (dataset=voc: its 20 classes; the tars from the channel,
 data_s3_uri or the mirrors), read into the labelled form every format reads into (its VOCdevkit
-tree through data/layouts/voc_exports.py, as dataset=custom reads one), once. Your own classes in
+tree through data/readers/voc_exports.py, as dataset=custom reads one), once. Your own classes in
 VOC XML, in a VOCdevkit tree or a labelling tool's export, are dataset=custom (custom.py)."""
 
 import os
@@ -8,11 +8,11 @@ import os
 from detector_training.values import is_voc_split
 from detector_training.errors import DataError
 from detector_training.data.formats.data_format import LabelledFormat
-from detector_training.data.layouts import voc_exports
-from detector_training.data.layouts.images import Frame
-from detector_training.data.sources import FetchOptions
-from detector_training.data.voc_fetch import DATA_CHANNELS, acquire_voc
-from detector_training.data.voc_layout import VOC_TARS, find_year_dirs
+from detector_training.data.readers import voc_exports
+from detector_training.data.readers.images import Frame
+from detector_training.data.acquire.sources import FetchOptions
+from detector_training.data.acquire.voc_fetch import DATA_CHANNELS, acquire_voc
+from detector_training.data.acquire.voc_tree import VOC_TARS, find_year_dirs
 
 VOC_SPLITS = ("2007_trainval", "2012_trainval")
 VOC_VAL_SPLITS = ("2007_test",)
@@ -83,7 +83,7 @@ class VOC(LabelledFormat):
     def generate(self, channels_dir, n_train, n_test, n_train_2012=0, seed=0):
         """A generated VOCdevkit (VOC2007, and VOC2012 with ``n_train_2012``) in the 'voc'
         channel, kept when one is there."""
-        from detector_training.data.synthetic_voc import generate
+        from detector_training.data.generated.synthetic_voc import generate
 
         channel = os.path.join(channels_dir, "voc")
         if not os.path.isdir(os.path.join(channel, "VOCdevkit")):

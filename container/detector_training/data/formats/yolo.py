@@ -1,5 +1,5 @@
 """dataset=yolo: YOLO text labels as Ultralytics and Roboflow export them
-(``data/layouts/yolo_labels.py``): a dataset YAML with the class names and the splits' image
+(``data/readers/yolo_labels.py``): a dataset YAML with the class names and the splits' image
 folders, ``images/<split>`` beside ``labels/<split>``. The YAML's ``train`` trains; its ``val``,
 or the ``validation`` channel's dataset, validates, else a seeded share is carved
 (``val_fraction``)."""
@@ -9,8 +9,8 @@ import os
 
 from detector_training.data.formats.data_format import (GENERIC_PRESET, VALIDATION_CHANNEL,
                                                         LabelledFormat)
-from detector_training.data.layouts import split_names, yolo_labels
-from detector_training.data.layouts.images import Frame
+from detector_training.data.readers import split_names, yolo_labels
+from detector_training.data.readers.images import Frame
 from detector_training.errors import DataError
 
 LOG = logging.getLogger("detector_training")
