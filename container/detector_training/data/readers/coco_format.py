@@ -309,30 +309,38 @@ def load_splits(reader, read_objects):
     return items, objects, ratios, images
 
 
+class _AnyCocoFile:
+    """What both COCO readers add to GluonCV's: ``classes``: the categories to read (all of the
+    first split's when empty; names matched without regard to case); ``annotation_files``: a
+    split's JSON where it is not ``<root>/annotations/<split>.json``; ``image_ids``: the images of
+    the file(s) to read (a carved part; None: all); ``oriented``: images turned upright by their
+    EXIF tag (the format's frame); ``documents``: the job's Documents, where it has one."""
+
+    def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
+                 oriented=True, documents=None, **kwargs):
+        self._requested = tuple(classes)
+        self._classes = ()
+        self.annotation_files = dict(annotation_files or {})
+        self.image_ids = image_ids
+        self.oriented = oriented
+        self.documents = documents or read_document
+        super().__init__(root=root, splits=splits, **kwargs)
+
+    @property
+    def classes(self):
+        return self._classes
+
+
 def coco_dataset_class():
     import numpy as np
     from gluoncv.data import COCODetection
 
-    class CocoFormatDetection(COCODetection):
+    class CocoFormatDetection(_AnyCocoFile, COCODetection):
         """GluonCV's COCO reader for any COCO-format file. ``classes``: the categories to read
         (all of the first split's when empty; names matched without regard to case);
         ``annotation_files``: a split's JSON where it is not ``<root>/annotations/<split>.json``."""
 
         CLASSES = ()
-
-        def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
-                     oriented=True, documents=None, **kwargs):
-            self._requested = tuple(classes)
-            self._classes = ()
-            self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
-            self.image_ids = image_ids  # the images of the file(s) to read (a carved part); None: all
-            self.oriented = oriented  # images turned upright by their EXIF tag (the format's frame)
-            self.documents = documents or read_document  # the job's Documents, where it has one
-            super().__init__(root=root, splits=splits, **kwargs)
-
-        @property
-        def classes(self):
-            return self._classes
 
         def __getitem__(self, idx):
             """GluonCV's item, the image decoded in the format's frame."""
@@ -355,7 +363,7 @@ def coco_dataset_class():
 def coco_instance_class():
     from gluoncv.data import COCOInstance
 
-    class CocoFormatInstance(COCOInstance):
+    class CocoFormatInstance(_AnyCocoFile, COCOInstance):
         """GluonCV's COCO instance reader (boxes and polygons, what its Mask R-CNN transforms
         take) for any COCO-format file, like CocoFormatDetection. Masks may be polygons or RLE
         (see :func:`polygons`); ``images`` holds (image id, width, height) of every item, which
@@ -363,20 +371,9 @@ def coco_instance_class():
 
         CLASSES = ()
 
-        def __init__(self, root, splits, classes=(), annotation_files=None, image_ids=None,
-                     oriented=True, documents=None, **kwargs):
-            self._requested = tuple(classes)
-            self._classes = ()
-            self.annotation_files = dict(annotation_files or {})  # split -> JSON not at the default path
-            self.image_ids = image_ids  # the images of the file(s) to read (a carved part); None: all
-            self.documents = documents or read_document  # the job's Documents, where it has one
-            self.images = []
-            self.oriented = oriented  # images turned upright by their EXIF tag (the format's frame)
-            super().__init__(root=root, splits=splits, **kwargs)
-
-        @property
-        def classes(self):
-            return self._classes
+        def __init__(self, *args, **kwargs):
+            self.images = []  # filled while GluonCV's __init__ loads the files
+            super().__init__(*args, **kwargs)
 
         def __getitem__(self, idx):
             """GluonCV's item, the image decoded in the format's frame."""
