@@ -62,8 +62,8 @@ def one_step_and_validation(root, hyperparameters, scratch):
 # kind (ResNet v1b / v1d, MobileNet, VGG, Darknet). The other listed names differ from one of these
 # only in GluonCV's dataset defaults (_voc / _coco / _custom) or depth (ResNet-50 / 101, MobileNet
 # 0.25 / 1.0, SSD 300 / 512), through the same code of ours; each is checked to exist below.
-# (Every listed name trained a step here before: 34 tests, 752 s of a loaded 2-core machine's 12.5
-# minutes; these 10 took 138 s of it.)
+# (Every listed name trained a step here before: 34 tests, 245 s on an idle 2-core machine; these 10
+# took 56 s of it.)
 ONE_STEP_NETWORKS = (
     "faster_rcnn_resnet18_v1b_voc",  # ours (OWN_NETWORKS)
     "faster_rcnn_resnet50_v1b_voc",  # zoo, C4, ResNet v1b
