@@ -80,7 +80,7 @@ $(SDK_STAMP): constraints-sdk.txt Makefile sagemaker_launch/pyproject.toml
 # first). Where no engine can run, the container tests skip, each listed with its reason at the end
 # of the run; under CI=true (CI sets it) that fails here, before any test, naming the engine.
 test: $(STAMP) $(SDK_STAMP) container-tier
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 	SAGEMAKER_SUPPRESS_V2_WARNING=1 $(SDK_VENV)/bin/python -m pytest -q sagemaker_launch/tests
 
 container-tier:

@@ -40,3 +40,12 @@ def test_a_short_run_writes_the_table_and_every_run(tmp_path):
     assert written["recipes"]["yolo3"]["network"] == "yolo3_mobilenet0.25_voc"
     with open(out / "yolo3" / "other" / "seed1" / "input" / "config" / "hyperparameters.json") as h:
         assert json.load(h)["seed"] == "1"
+
+
+def test_every_family_has_a_floor_recipe_on_its_demo_network():
+    assert set(learning.FLOORS) == {family.name for family in families.all_families()}
+    for family, floor in learning.FLOORS.items():
+        hyperparameters = learning.floor_recipe(family, seed=5)
+        assert hyperparameters["network"] == learning.FAMILIES[family] and hyperparameters["seed"] == "5"
+        assert int(hyperparameters["val_interval"]) == int(hyperparameters["epochs"])  # scored once
+        assert floor["style"] in learning.DATASETS and 0 < min(floor["floors"].values()) < 1
