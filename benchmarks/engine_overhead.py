@@ -85,7 +85,7 @@ def engine_loop(config, dist, net, loader, sampler, mixup, trainer, per_rank, st
                      datasets=None, network=Network(net, None, (), None, None),
                      loaders=Loaders(TrainData(loader, sampler, mixup, None), None, None, steps),
                      per_rank_batch=per_rank, base_lr=config.effective_lr(1), effective={},
-                     checkpoints=None)
+                     checkpoints=None, validator=None)  # no validation hook here
     engine = Engine(run, trainer=trainer, step=step, position=Position(epoch=epoch), hooks=hooks)
     engine.config = dataclasses.replace(config, epochs=epoch + 1)  # this epoch is the last
     start = time.perf_counter()
