@@ -232,3 +232,30 @@ def _fit_box(box, size, drops, adjusted):
         drops.add(NO_AREA, box.where)
         return None
     return Box(xmin, ymin, xmax, ymax, box.label, box.difficult, box.where)
+
+
+class LabelledDetection:
+    """Images and label rows as GluonCV's detection readers give them: ``dataset[i]`` is
+    ``(image NDArray HxWx3 RGB, label float32 rows [x1, y1, x2, y2, class, difficult])`` (the
+    columns of GluonCV's VOC reader: a difficult object is one no metric counts); an image without
+    boxes (a negative) has the placeholder row of ``negatives.negative_label``. ``oriented``: per
+    image, whether it is turned upright by its EXIF orientation tag (the frame its labels are
+    in)."""
+
+    def __init__(self, paths, labels, classes, oriented):
+        self._paths = list(paths)
+        self._labels = list(labels)
+        self._classes = tuple(classes)
+        self._oriented = list(oriented)
+
+    @property
+    def classes(self):
+        return self._classes
+
+    def __len__(self):
+        return len(self._paths)
+
+    def __getitem__(self, idx):
+        from detector_training.data.readers.images import decode_nd
+
+        return decode_nd(self._paths[idx], self._oriented[idx]), self._labels[idx].copy()

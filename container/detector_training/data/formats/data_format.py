@@ -59,7 +59,7 @@ import numpy as np
 
 from detector_training.core.evaluation import VOC07
 from detector_training.data.common import SubsetDataset, carve_validation, with_validation
-from detector_training.data.labelled import Drops, boxes_of
+from detector_training.data.labelled import Drops, LabelledDetection, boxes_of  # noqa: F401 (formats' seam)
 from detector_training.data.readers.images import Frame
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
@@ -302,30 +302,3 @@ class LabelledFormat(DataFormat):
                 LOG.info("data: %s %s: %s: %s", self.name, what, heading, "; ".join(
                     "%s: %d (%s)" % (reason, count, ", ".join(tally.examples(reason)))
                     for reason, count in tally.counts().items()))
-
-
-class LabelledDetection:
-    """Images and label rows as GluonCV's detection readers give them: ``dataset[i]`` is
-    ``(image NDArray HxWx3 RGB, label float32 rows [x1, y1, x2, y2, class, difficult])`` (the
-    columns of GluonCV's VOC reader: a difficult object is one no metric counts); an image without
-    boxes (a negative) has the placeholder row of ``negatives.negative_label``. ``oriented``: per
-    image, whether it is turned upright by its EXIF orientation tag (the frame its labels are
-    in)."""
-
-    def __init__(self, paths, labels, classes, oriented):
-        self._paths = list(paths)
-        self._labels = list(labels)
-        self._classes = tuple(classes)
-        self._oriented = list(oriented)
-
-    @property
-    def classes(self):
-        return self._classes
-
-    def __len__(self):
-        return len(self._paths)
-
-    def __getitem__(self, idx):
-        from detector_training.data.readers.images import decode_nd
-
-        return decode_nd(self._paths[idx], self._oriented[idx]), self._labels[idx].copy()

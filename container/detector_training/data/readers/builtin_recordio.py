@@ -37,7 +37,8 @@ import weakref
 from dataclasses import dataclass
 
 from detector_training.data.acquire import host_once, pipe_mode
-from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledSet, clean
+from detector_training.data.labelled import (Box, Drops, LabelledDetection, LabelledImage,
+                                              LabelledSet, clean)
 from detector_training.data.readers.images import Frame, decode_nd, read_header
 from detector_training.errors import DataError
 
@@ -248,7 +249,7 @@ def write_indexes(images, index_dir):
     return written
 
 
-class RecordDetection:
+class RecordDetection(LabelledDetection):
     """Detection samples read from ``.rec`` files by offset: ``dataset[i]`` is ``(image NDArray
     HxWx3, label float32 rows [x1, y1, x2, y2, class])``, the record read with MXNet
     (``MXIndexedRecordIO.read_idx``, ``recordio.unpack``) and its image bytes decoded in the
@@ -257,22 +258,13 @@ class RecordDetection:
     go; None: a private temporary folder, removed with the dataset."""
 
     def __init__(self, images, labels, classes, index_dir=None):
-        self._paths = [image.path for image in images]
-        self._oriented = [image.oriented for image in images]
-        self._labels = list(labels)
-        self._classes = tuple(classes)
+        super().__init__([image.path for image in images], labels, classes,
+                         [image.oriented for image in images])
         if index_dir is None:  # a private folder, removed when the dataset is
             index_dir = tempfile.mkdtemp(prefix="detector-recordio-index-")
             weakref.finalize(self, shutil.rmtree, index_dir, True)
         self._indexes = write_indexes(images, index_dir)
         self._readers, self._pid = {}, None
-
-    @property
-    def classes(self):
-        return self._classes
-
-    def __len__(self):
-        return len(self._paths)
 
     def _reader(self, rec_path):
         import mxnet as mx
