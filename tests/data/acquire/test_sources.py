@@ -112,21 +112,30 @@ def test_client_errors_fail_at_once_and_server_errors_after_the_tries(mirror, st
     assert os.listdir(staging) == []
 
 
-def test_a_dripping_source_fails_at_its_deadline(mirror, staging):
-    mirror.fail("a/data.tar", drip_s=0.01)
+def given_up(fetch, hung):
+    """Run ``fetch`` in a thread for at most HANG_S; the exceptions it ended with (failing with
+    ``hung`` when it is still running)."""
     outcome = []
 
-    def fetch():
+    def run():
         try:
-            stage_http(mirror, staging, FetchOptions(deadline_s=1.5, timeout_s=5, attempts=3, backoff_s=0.01))
-        except Exception as exc:
+            fetch()
+        except Exception as exc:  # pylint: disable=broad-except
             outcome.append(exc)
 
-    worker = threading.Thread(target=fetch, daemon=True)
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    # The whole drip would take hours: a minute only catches a source that was never given up.
     worker.join(HANG_S)
-    assert not worker.is_alive(), "the dripping source was not given up at its deadline"
+    assert not worker.is_alive(), hung
+    return outcome
+
+
+def test_a_dripping_source_fails_at_its_deadline(mirror, staging):
+    mirror.fail("a/data.tar", drip_s=0.01)
+    # The whole drip would take hours: a minute only catches a source that was never given up.
+    outcome = given_up(lambda: stage_http(mirror, staging, FetchOptions(
+        deadline_s=1.5, timeout_s=5, attempts=3, backoff_s=0.01)),
+        "the dripping source was not given up at its deadline")
     assert isinstance(outcome[0], SourceFailed) and "no complete transfer within 2 s" in outcome[0].reason
     assert 0 < mirror.bytes_sent("a/data.tar") < HANG_S / 0.01
     assert os.listdir(staging) == []
@@ -275,19 +284,11 @@ def test_a_dripping_s3_source_fails_at_its_deadline_without_waiting_on_its_worke
         fake_s3.fail("bucket/data.tar", drip_s=0.01)
         use_s3_endpoint(monkeypatch, tmp_path, fake_s3.url())
         opts = FetchOptions(deadline_s=1.5, timeout_s=5, attempts=2)
-        client, outcome = sources.s3_client(opts), []
-
-        def fetch():
-            try:
-                sources.stage_s3(client, "s3://bucket/data.tar", staging, "data.tar", opts, lambda size: None)
-            except Exception as exc:
-                outcome.append(exc)
-
-        worker = threading.Thread(target=fetch, daemon=True)
-        worker.start()
+        client = sources.s3_client(opts)
         # A worker blocked on the drip would read for hours: a minute only catches that wait.
-        worker.join(HANG_S)
-        assert not worker.is_alive(), "the cancelled transfer waited on its dripping worker"
+        outcome = given_up(lambda: sources.stage_s3(client, "s3://bucket/data.tar", staging,
+                                                    "data.tar", opts, lambda size: None),
+                           "the cancelled transfer waited on its dripping worker")
     assert isinstance(outcome[0], SourceFailed) and "no complete transfer within 2 s" in outcome[0].reason
     assert 0 < fake_s3.bytes_sent("bucket/data.tar") < HANG_S / 0.01
     assert os.listdir(staging) == []
