@@ -182,14 +182,30 @@ def staged_env(env, channels):
     return dataclasses.replace(env, paths=StagedPaths(env.paths.base, channels), input_data_config={})
 
 
-def data_classes(config, root):
-    """The class names the test data labels (its format's reading without a class list), None
-    for a format whose class list is fixed (voc) or checked by its own reader (coco)."""
-    fmt = formats.get(config.dataset)
-    if not isinstance(fmt, formats.LabelledFormat):
+def data_classes(fmt, config, root):
+    """The class names the test data labels (read by the job's format instance ``fmt`` without a
+    class list, once: the datasets are then selected from the same read), None for a format
+    whose class list is fixed (voc), named by the model's (``names_by_classes``) or checked by its
+    own reader (coco)."""
+    if not isinstance(fmt, formats.LabelledFormat) or fmt.names_by_classes:
         return None
-    labelled = fmt.read_labelled(root, formats.VALIDATION_CHANNEL, dataclasses.replace(config, classes=()))
+    labelled = fmt.read_once(root, formats.VALIDATION_CHANNEL, dataclasses.replace(config, classes=()))
     return labelled.class_names() if labelled is not None else None
+
+
+def evaluation_data(config, env, world, model, family, scratch):
+    """(the datasets to score, the model's classes the data has no object of): the test channel
+    staged once under ``scratch``, read once by the job's one instance of its format, its classes
+    checked against the model's."""
+    staged = staged_env(env, formats.stage_evaluation_data(env.paths.channels_dir, scratch))
+    fmt = formats.get(config.dataset)
+    root = fmt.data_root(config, staged, world)
+    found = data_classes(fmt, config, root)
+    missing = check_classes(found, model.classes) if found is not None else []
+    datasets = family.read_datasets(config, root, data_format=fmt)
+    if found is None and not takes_class_list(config):
+        check_fixed_classes(datasets.classes, model.classes)
+    return datasets, missing
 
 
 def run_evaluation(config, env, dist, ctx):
@@ -202,14 +218,7 @@ def run_evaluation(config, env, dist, ctx):
         config = evaluation_config(config, model)
         family = families.get(config.network)
         family.check_config(config)
-        staged = staged_env(env, formats.stage_evaluation_data(env.paths.channels_dir, scratch))
-        fmt = formats.get(config.dataset)  # the job's one instance: the data is read once
-        root = fmt.data_root(config, staged, world)
-        found = data_classes(config, root)
-        missing = check_classes(found, model.classes) if found is not None else []
-        datasets = family.read_datasets(config, root, data_format=fmt)
-        if found is None and not takes_class_list(config):
-            check_fixed_classes(datasets.classes, model.classes)
+        datasets, missing = evaluation_data(config, env, world, model, family, scratch)
         if world.is_main:
             LOG.info("evaluation: model %s (%s, classes %s) on %d image(s) of dataset=%s",
                      model.params, config.network, ",".join(model.classes), len(datasets.val),

@@ -48,11 +48,12 @@ def test_clean_clips_drops_and_counts_each_change():
         _box(-5, 10, 50, 40), _box(-0.5, 0, 99.5, 40, where="edge"), _box(120, 10, 150, 20),
         _box(10, 10, 10, 30), _box(30, 30, 20, 40), _box(5, 5, 20, 20, label="dog"),
         _box(5, 5, 20, 20, label="Cat"), _box(5, 5, 20, 20, label="Cat")], size=(100, 50))
-    cleaned = labelled.clean(LabelledSet([image], classes=("cat", "dog")), classes=("CAT",))
+    cleaned = labelled.select(labelled.clean(LabelledSet([image], classes=("cat", "dog"))), ("CAT",))
     boxes = [(b.label, b.xmin, b.ymin, b.xmax, b.ymax) for b in cleaned.images[0].boxes]
-    assert boxes == [("CAT", 0.0, 10, 50, 40), ("CAT", 0.0, 0, 99.5, 40), ("CAT", 5, 5, 20, 20)]
+    assert boxes == [("CAT", 0.0, 10, 50, 40), ("CAT", 0.0, 0, 99.5, 40), ("dog", 5, 5, 20, 20),
+                     ("CAT", 5, 5, 20, 20)]  # the other class stays: boxes_of leaves it out
     assert dict(cleaned.drops.counts()) == {labelled.OUTSIDE: 1, labelled.NO_AREA: 2,
-                                            labelled.OTHER_CLASS: 1, labelled.REPEATED_BOX: 1}
+                                            labelled.REPEATED_BOX: 1}
     # one pixel past the edge is VOC's 1-based corner read 0-based, not worth reporting
     assert dict(cleaned.adjusted.counts()) == {labelled.CLIPPED: 1}
     assert cleaned.class_names() == ("CAT",)
@@ -64,9 +65,10 @@ def test_clean_keeps_a_file_referenced_twice_once_and_keeps_negatives():
     empty = LabelledImage("data/b.jpg", [_box(1, 1, 5, 5, label="dog")], (10, 10), "b.xml")
     drops = Drops()
     drops.add("listed image without an annotation file", "c.xml")
-    cleaned = labelled.clean(LabelledSet([first, again, empty], drops=drops, layout="x"), ("cat",))
+    cleaned = labelled.clean(LabelledSet([first, again, empty], drops=drops, layout="x"))
     assert [i.path for i in cleaned.images] == ["data/a.jpg", "data/b.jpg"]
-    assert cleaned.images[0].boxes[0].xmin == 1 and cleaned.images[1].boxes == []
+    assert cleaned.images[0].boxes[0].xmin == 1
+    assert labelled.boxes_of(cleaned.images[1], ("cat",), Drops()) == []  # a negative
     assert cleaned.drops.examples(labelled.REPEATED_IMAGE) == ["a copy.xml"]
     assert cleaned.drops.counts()["listed image without an annotation file"] == 1
     assert cleaned.layout == "x"

@@ -145,7 +145,6 @@ REPEATED_IMAGE = "image referenced twice (kept once)"
 REPEATED_BOX = "box given twice in one image (kept once)"
 OUTSIDE = "box wholly outside its image"
 NO_AREA = "box with no area"
-OTHER_CLASS = "object of a class not asked for"
 CLIPPED = "box partly outside its image (clipped)"
 # VOC's corners are 1-based pixel indices, read 0-based as GluonCV does: a box drawn to the
 # image's edge may then sit one pixel out. Clipping that much is not worth reporting.
@@ -168,22 +167,27 @@ def boxes_of(image, classes, drops):
     return kept
 
 
-def _asked(classes):
-    """{lower-cased name: the asked spelling} of the classes asked for (empty: all)."""
-    return {str(name).strip().lower(): str(name).strip() for name in classes}
+def select(labelled, classes):
+    """``labelled`` as the job asks for it: its classes declared as ``classes`` (names, in that
+    order), each box's class matched without regard to case and given the asked spelling. The
+    boxes of other classes stay: ``boxes_of`` leaves them out and counts them (the one rule)."""
+    asked = {str(name).strip().lower(): str(name).strip() for name in classes}
+    if not asked:
+        return labelled
+    images = [replace(image, boxes=[replace(box, label=asked.get(box.label.strip().lower(), box.label))
+                                    for box in image.boxes]) for image in labelled.images]
+    return replace(labelled, images=images, classes=tuple(asked.values()))
 
 
-def clean(labelled, classes=()):
+def clean(labelled):
     """A copy of ``labelled`` with the quirks of real exports settled, every change counted.
 
     An image file referenced twice (one split file listing it twice, two annotations naming it)
     is kept once, with its first annotation. A box partly outside its image (``size``) is clipped
     to it; one wholly outside, or with no area, is dropped; the same box given twice in an image
-    is kept once. With ``classes`` (names, matched without regard to case, taking the asked
-    spelling), objects of other classes are dropped and the declared order becomes ``classes``.
-    Images left without a box stay (negatives: the format decides with ``skip_empty``).
+    is kept once. Images left without a box stay (negatives: the format decides with
+    ``skip_empty``).
     """
-    asked = _asked(classes)
     drops = Drops().merge(labelled.drops)
     adjusted = Drops().merge(labelled.adjusted)
     seen, images = set(), []
@@ -203,16 +207,9 @@ def clean(labelled, classes=()):
             box = _fit_box(box, image.size, drops, adjusted)
             if box is None:
                 continue
-            if asked:
-                name = asked.get(box.label.strip().lower())
-                if name is None:
-                    drops.add(OTHER_CLASS, "%s (%s)" % (box.where, box.label))
-                    continue
-                box = Box(box.xmin, box.ymin, box.xmax, box.ymax, name, box.difficult, box.where)
             boxes.append(box)
         images.append(replace(image, boxes=boxes))  # a layout's own fields (a record's offset) kept
-    declared = tuple(asked.values()) if asked else tuple(labelled.classes)
-    return LabelledSet(images, declared, drops, labelled.layout, adjusted)
+    return LabelledSet(images, tuple(labelled.classes), drops, labelled.layout, adjusted)
 
 
 def _fit_box(box, size, drops, adjusted):

@@ -93,7 +93,7 @@ def test_classes_not_asked_for_are_dropped_and_the_asked_spelling_is_kept(tmp_pa
     with caplog.at_level("INFO", "detector_training"):
         datasets = build_datasets(_config(classes="Circle"), str(_channels(tmp_path)))
     assert datasets.classes == ("Circle",)
-    assert "object of a class not asked for" in caplog.text
+    assert "object of a class not trained (square)" in caplog.text
 
 
 def test_a_broken_annotation_stops_the_read_naming_it(tmp_path):

@@ -90,3 +90,54 @@ def test_training_and_the_data_report_parse_each_annotation_file_once(tmp_path, 
     assert len(datasets.train) and parsed, "no annotation file was parsed"
     twice = {path: n for path, n in parsed.items() if n > 1}
     assert not twice, "parsed more than once: %s" % twice
+
+
+def counted_parses(monkeypatch):
+    parsed = collections.Counter()
+    for module, name, where in PARSERS:
+        real = getattr(module, name)
+
+        def counting(*args, _real=real, _where=where, **kwargs):
+            parsed[os.path.realpath(args[_where])] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counting)
+    return parsed
+
+
+EVALUATED = [("custom", cvat), ("custom", labelimg), ("yolo", roboflow_yolo), ("coco", roboflow_coco)]
+
+
+@pytest.mark.parametrize("dataset, make", EVALUATED, ids=[m.__name__ for _, m in EVALUATED])
+def test_an_evaluation_reads_its_test_data_once_for_its_classes_and_its_datasets(tmp_path, monkeypatch,
+                                                                                  dataset, make):
+    """mode=evaluate learns the test data's classes (to check them against the model's) and
+    scores the model's classes from one read (evaluate.evaluation_data, as run_evaluation calls it)."""
+    from detector_training import evaluate, families
+    from detector_training.core.distributed import World
+    from detector_training.job.sm_env import Environment
+
+    base = tmp_path / "opt_ml"
+    data = str(base / "input" / "data")
+    os.makedirs(data)
+    make(data)
+    os.rename(os.path.join(data, "train"), os.path.join(data, "test"))
+    os.makedirs(base / "input" / "config")
+    env = Environment.read(str(base), {})
+    config = from_hyperparameters({"dataset": dataset, "mode": "evaluate"})
+    family = families.get(config.network)
+    (tmp_path / "look").mkdir()
+    data_classes = formats.get(dataset).read(config, formats.stage_evaluation_data(
+        data, str(tmp_path / "look"))).classes  # the data's own classes, read before counting
+    # a model class the data has no object of: scored with a warning (COCO's reader refuses it)
+    extra = ["unlabelled"] if isinstance(formats.get(dataset), formats.LabelledFormat) else []
+    model = evaluate.EvaluatedModel("model", "model.params", list(data_classes) + extra, {})
+    config = evaluate.evaluation_config(config, model)
+    parsed = counted_parses(monkeypatch)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    datasets, missing = evaluate.evaluation_data(config, env, World(), model, family, str(scratch))
+    assert missing == extra and tuple(datasets.classes) == tuple(model.classes)
+    assert len(datasets.val) and parsed, "no annotation file was parsed"
+    twice = {path: n for path, n in parsed.items() if n > 1}
+    assert not twice, "parsed more than once: %s" % twice

@@ -142,19 +142,20 @@ def test_boxes_outside_without_area_of_other_classes_are_dropped_and_counted(tmp
     extra = [("circle", width - 10, 5, width + 30, 40),      # partly outside: clipped
              ("circle", width + 5, 5, width + 30, 40),       # wholly outside
              ("square", 20, 20, 20, 50),                     # no width
-             ("dog", 10, 10, 40, 40),                        # a class not asked for
+             ("dog", 10, 10, 40, 40),                        # another class: kept (boxes_of counts it)
              ("circle", width - 10, 5, width + 30, 40)]      # the same box again
     (folder / (photo.stem + ".xml")).write_text(
         exports.labelimg_xml(photo, str(folder), extra_objects=extra))
-    read = voc_exports.find_export(str(tmp_path)).read(classes=("Circle", "square"))
-    assert read.drops.counts() == {labelled.OUTSIDE: 1, labelled.NO_AREA: 1,
-                                   labelled.OTHER_CLASS: 1, labelled.REPEATED_BOX: 1}
+    read = labelled.select(voc_exports.find_export(str(tmp_path)).read(), ("Circle", "square"))
+    assert read.drops.counts() == {labelled.OUTSIDE: 1, labelled.NO_AREA: 1, labelled.REPEATED_BOX: 1}
     assert read.adjusted.counts() == {labelled.CLIPPED: 1}
-    assert "dog" in read.drops.examples(labelled.OTHER_CLASS)[0]
     boxes = read.images[0].boxes
-    assert len(boxes) == len(photo.objects) + 1
+    assert len(boxes) == len(photo.objects) + 2
     assert ("Circle", width - 11.0, float(width)) in [(b.label, b.xmin, b.xmax) for b in boxes]
     assert read.class_names() == ("Circle", "square")
+    drops = labelled.Drops()
+    assert [b.label for b in labelled.boxes_of(read.images[0], read.class_names(), drops)].count("dog") == 0
+    assert drops.counts() == {labelled.NOT_TRAINED % "dog": 1}
 
 
 def test_an_image_listed_twice_or_named_by_two_annotations_is_kept_once(tmp_path):

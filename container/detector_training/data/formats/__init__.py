@@ -13,7 +13,6 @@ neither MXNet nor GluonCV.
 import dataclasses
 import logging
 import os
-import shutil
 import tempfile
 
 from detector_training.data.common import final_fit
@@ -70,6 +69,11 @@ def recognise(channels_dir, input_data_config=None):
     channels = job_channels(channels_dir, input_data_config)
     if not channels:
         return DEFAULT, None, "no data channel: the VOC tars are fetched"
+    return recognised(channels)
+
+
+def recognised(channels):
+    """``(name, channel, where)`` of the one format the channels (:class:`Channel`) hold."""
     found = []  # (format name, channel name, where)
     for channel in channels:
         here = [(fmt.name, channel.name, where) for fmt in all_formats()
@@ -151,11 +155,8 @@ def stage_evaluation_data(channels_dir, scratch):
 
 def recognise_evaluation_data(channels_dir):
     """``recognise`` for an evaluation job: the format of the data in its test (else
-    validation) channel."""
-    name, _path = evaluation_channel(channels_dir)
-    scratch = tempfile.mkdtemp(prefix="detector-recognise-")
-    try:
-        fmt, _channel, where = recognise(stage_evaluation_data(channels_dir, scratch))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    validation) channel, seen as the job sees it once staged (stage_evaluation_data): the
+    training and the validation channel."""
+    name, path = evaluation_channel(channels_dir)
+    fmt, _channel, where = recognised([Channel(n, path) for n in ("train", VALIDATION_CHANNEL)])
     return fmt, name, where

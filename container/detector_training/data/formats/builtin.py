@@ -32,6 +32,7 @@ class Builtin(LabelledFormat):
     # Its labels come from the tools that show photos upright (Ground Truth); a record holds the
     # labelled file's bytes, tag included, when im2rec packs them as they are.
     frame = Frame.ORIENTED
+    names_by_classes = True  # class ids without 'categories' are named by 'classes'
 
     def recognise(self, channel):
         if channel.name in ANNOTATION_CHANNELS:

@@ -30,11 +30,6 @@ def where_found(export, channel_path):
     return export.layout if folder == "." else "%s in %s" % (export.layout, folder)
 
 
-def _lower(classes):
-    """A VOCdevkit tree's class names are read in lower case (as GluonCV's VOC reader reads them)."""
-    return tuple(c.lower() for c in classes)
-
-
 class CustomVOC(LabelledFormat):
     """Pascal VOC XML with your own classes: recognised by a VOCdevkit/VOC<year> tree, or by a
     labelling tool's VOC export, in the channel."""
@@ -92,12 +87,12 @@ class CustomVOC(LabelledFormat):
 
     def read_labelled(self, data_root, split, config):
         if find_year_dirs(data_root):
-            return devkit_split(data_root, split, config, _lower(config.classes), self.frame)
+            return devkit_split(data_root, split, config, (), self.frame)
         train_dir = self.channel_path(data_root, "train")
         if train_dir is None:
             return None
         if find_year_dirs(train_dir):  # the channels folder (the data check): a VOCdevkit channel
-            return devkit_split(train_dir, split, config, _lower(config.classes), self.frame)
+            return devkit_split(train_dir, split, config, (), self.frame)
         export = self._export(train_dir)
         if split == "train":
             names = split_names(export, "train")
@@ -110,15 +105,15 @@ class CustomVOC(LabelledFormat):
             if unused:
                 LOG.info("data: custom: split %s of the export not used (not train or "
                          "validation)", ", ".join(unused))
-            return export.read(names, config.classes, self.frame)
+            return export.read(names, frame=self.frame)
         val_dir = self.channel_path(data_root, VALIDATION_CHANNEL)
         if val_dir is not None:
             export = self._export(val_dir)
             names = split_names(export, "validation") or split_names(export, "train") \
                 or list(export.splits)
-            return export.read(names, config.classes, self.frame)
+            return export.read(names, frame=self.frame)
         names = split_names(export, "validation")
-        return export.read(names, config.classes, self.frame) if names else None
+        return export.read(names, frame=self.frame) if names else None
 
     def _export(self, folder):
         return self.export_in(folder, voc_exports.find_export, "Pascal VOC XML annotations",

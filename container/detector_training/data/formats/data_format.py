@@ -27,7 +27,10 @@ the recognition and the docs):
   showed, so the one its boxes are in (``readers/images.Frame``): ``ORIENTED`` (upright, as
   browsers, CVAT, Label Studio, Ground Truth, Ultralytics and Roboflow show it), ``STORED`` (the
   pixels as stored) or ``BY_SIZE`` (per image, the one its annotation's stated size matches).
-  Training, validation, the data check and the evaluation decode and size each image in it.
+  Training, validation, the data check and the evaluation decode and size each image in it;
+* ``names_by_classes``: its data names classes by number and the ``classes`` hyperparameter names
+  them (the built-in algorithm's ids without ``categories``), so its reading depends on that list;
+  for every other format ``classes`` only selects among the names the data gives, after one read.
 
 What it does, as methods:
 
@@ -53,13 +56,13 @@ A new format is one module that subclasses DataFormat (or LabelledFormat), regis
 import logging
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from detector_training.core.evaluation import VOC07
 from detector_training.data.common import SubsetDataset, carve_validation, with_validation
-from detector_training.data.labelled import Drops, LabelledDetection, boxes_of  # noqa: F401 (formats' seam)
+from detector_training.data.labelled import Drops, LabelledDetection, boxes_of, select  # noqa: F401 (formats' seam)
 from detector_training.data.readers.images import Frame
 from detector_training.data.negatives import log_empty, negative_label
 from detector_training.errors import DataError
@@ -112,6 +115,7 @@ class DataFormat:
     masks = False
     fixed_classes = False
     frame = Frame.ORIENTED
+    names_by_classes = False
 
     def recognise(self, channel):
         """Where in ``channel`` (a :class:`Channel`) this format's data lies, or None."""
@@ -199,14 +203,23 @@ class LabelledFormat(DataFormat):
         return self.read_once(channels_dir, split, config)
 
     def read_once(self, data_root, split, config):
-        """``read_labelled``, each (folder, split, configuration) read once by this format
-        instance: the job's one instance gives the data report the sets its training read, so
-        every annotation file is parsed once per job on a rank."""
+        """``read_labelled``, each (folder, split) read once by this format instance: the job's
+        one instance gives the data report the sets its training read, and an evaluation its
+        data's own classes and then the model's, so every annotation file is parsed once per job
+        on a rank. The ``classes`` hyperparameter then declares the classes among those read, in
+        its order and spelling (labelled.select; the boxes of the others are left out and counted
+        where the datasets are made, boxes_of), unless it names the data (``names_by_classes``)."""
         read = vars(self).setdefault("_read", {})
+        asked = tuple(config.classes)
+        if not self.names_by_classes:
+            config = replace(config, classes=())
         key = (data_root, split, config)
         if key not in read:
             read[key] = self.read_labelled(data_root, split, config)
-        return read[key]
+        labelled = read[key]
+        if labelled is None or self.names_by_classes or not asked:
+            return labelled
+        return select(labelled, asked)
 
     def labelled_root(self, data_root, channels_dir):
         return data_root
@@ -226,15 +239,16 @@ class LabelledFormat(DataFormat):
         return env.paths.channels_dir
 
     def export_in(self, folder, find, holds_no, fix):
-        """The export ``find`` recognises in ``folder`` (looked for once per folder), or a
+        """The export ``find`` recognises in ``folder`` (looked for once per real folder), or a
         DataError naming the folder: "channel folder <folder> holds no <holds_no>."."""
         exports = vars(self).setdefault("_exports", {})
-        if folder not in exports:
+        key = os.path.realpath(folder)  # an evaluation's staged channels link to one folder
+        if key not in exports:
             export = find(folder)
             if export is None:
                 raise DataError("channel folder %s holds no %s." % (folder, holds_no), fix)
-            exports[folder] = export
-        return exports[folder]
+            exports[key] = export
+        return exports[key]
 
     def read(self, config, data_root, instances=False):
         train_set = self.read_once(data_root, "train", config)

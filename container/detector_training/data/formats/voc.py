@@ -8,6 +8,7 @@ import os
 from detector_training.values import is_voc_split
 from detector_training.errors import DataError
 from detector_training.data.formats.data_format import LabelledFormat
+from detector_training.data.labelled import select
 from detector_training.data.readers import voc_exports
 from detector_training.data.readers.images import Frame
 from detector_training.data.acquire.sources import FetchOptions
@@ -29,7 +30,7 @@ VOC_PRESET = dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd
 
 def devkit_split(data_root, split, config, classes, frame):
     """``split``'s ("train": ``train_splits``; else ``val_splits``) images of the VOCdevkit tree
-    under ``data_root`` as one LabelledSet (``classes``: keep only these, counted; ``frame``: the
+    under ``data_root`` as one LabelledSet (``classes``: declared, data/labelled.select; ``frame``: the
     frame its boxes are in, images/Frame), None when no split is configured."""
     names = list(config.train_splits if split == "train" else config.val_splits)
     if not names:
@@ -38,7 +39,7 @@ def devkit_split(data_root, split, config, classes, frame):
     if export is None:
         raise DataError("no VOCdevkit/VOC<year> tree under %s." % data_root,
                         "provide the VOC tars or an extracted VOCdevkit in the 'voc' channel.")
-    return export.read(names, classes, frame)
+    return select(export.read(names, frame=frame), classes)
 
 
 def check_voc_splits(config):

@@ -44,14 +44,14 @@ class Yolo(LabelledFormat):
                 raise DataError("dataset YAML %s names no 'train' split (it has %s)."
                                 % (export.yaml_path, ", ".join(sorted(export.splits))),
                                 "add 'train: <folder of training images>'.")
-            return export.read(names[0], config.classes, self.frame)
+            return export.read(names[0], frame=self.frame)
         val_dir = self.channel_path(data_root, VALIDATION_CHANNEL)
         if val_dir is not None:
             export = self._export(val_dir)
             names = split_names(export, "validation") or split_names(export, "train")
-            return export.read(names[0], config.classes, self.frame)
+            return export.read(names[0], frame=self.frame)
         names = split_names(export, "validation")
-        return export.read(names[0], config.classes, self.frame) if names else None
+        return export.read(names[0], frame=self.frame) if names else None
 
     def _export(self, folder):
         return self.export_in(folder, yolo_labels.find_export,

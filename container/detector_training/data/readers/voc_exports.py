@@ -95,9 +95,9 @@ class VocExport:
                     self._index.add(path)
         return self._index
 
-    def read(self, splits=None, classes=(), frame=Frame.BY_SIZE):
-        """The images of ``splits`` (names; None: every split) as one cleaned LabelledSet; with
-        ``classes``, objects of other classes are dropped (counted). Each image's boxes are in
+    def read(self, splits=None, frame=Frame.BY_SIZE):
+        """The images of ``splits`` (names; None: every split) as one cleaned LabelledSet. Each
+        image's boxes are in
         the ``frame``; BY_SIZE: the one its XML's <size> matches (see :func:`_settle_frames`)."""
         names = list(self.splits) if splits is None else [splits] if isinstance(splits, str) else list(splits)
         for name in names:
@@ -130,7 +130,7 @@ class VocExport:
             for path in index.paths:
                 if path not in referenced:
                     drops.add(UNLABELLED, path)
-        return clean(LabelledSet(images, self.classes, drops, layout, adjusted), classes)
+        return clean(LabelledSet(images, self.classes, drops, layout, adjusted))
 
     def _upright_by_size(self, index):
         """Whether most of the export's tagged photos (every split's) whose <size> tells the frame

@@ -194,8 +194,8 @@ class YoloExport:
                               tries[0]))
         return paths
 
-    def read(self, split, classes=(), frame=Frame.ORIENTED):
-        """One split as a cleaned LabelledSet (``classes``: keep only these, counted), its boxes
+    def read(self, split, frame=Frame.ORIENTED):
+        """One split as a cleaned LabelledSet, its boxes
         (fractions of the image) in pixels of the ``frame``."""
         if split not in self.splits:
             raise DataError("the YOLO dataset %s has no '%s' split; it has %s."
@@ -215,7 +215,7 @@ class YoloExport:
                 boxes = parse_labels(_read_bytes(labels, MAX_LABEL_BYTES, "label file"), labels,
                                      size, self.classes)
             images.append(LabelledImage(path, boxes, size, labels, header.orientation, oriented))
-        return clean(LabelledSet(images, self.classes, drops, self.layout), classes)
+        return clean(LabelledSet(images, self.classes, drops, self.layout))
 
 
 def _candidates(entry, base):
