@@ -66,21 +66,28 @@ def test_the_translation_keeps_only_this_images_names_so_config_json_replays():
                         "backbone"]
 
 
-@pytest.mark.parametrize("base, shape, dataset, expected", [
-    ("vgg-16", 300, "voc", "ssd_300_vgg16_atrous_voc"),
-    ("vgg-16", 512, "custom", "ssd_512_vgg16_atrous_custom"),
-    ("vgg-16", 600, "manifest", "ssd_512_vgg16_atrous_custom"),
-    ("resnet-50", 300, "coco", "ssd_512_resnet50_v1_coco"),
+@pytest.mark.parametrize("base, shape, expected", [
+    ("vgg-16", 300, "ssd_300_vgg16_atrous_custom"),
+    ("vgg-16", 512, "ssd_512_vgg16_atrous_custom"),
+    ("vgg-16", 600, "ssd_512_vgg16_atrous_custom"),
+    ("resnet-50", 300, "ssd_512_resnet50_v1_custom"),
 ])
-def test_base_network_and_image_shape_choose_the_ssd_the_algorithm_runs(base, shape, dataset, expected):
-    assert builtin_algorithm.ssd_network(base, shape, dataset) == expected
+def test_base_network_and_image_shape_choose_the_ssd_the_algorithm_runs(base, shape, expected):
+    assert builtin_algorithm.ssd_network(base, shape) == expected
+    assert expected in families.get(expected).class_list_networks  # built for the job's classes
+
+
+@pytest.mark.parametrize("dataset", ["voc", "coco", "custom", "builtin", "yolo"])
+def test_the_algorithm_s_ssd_takes_the_job_s_class_list_whatever_the_data_format(ssd_networks, dataset):
+    config = cfg.from_hyperparameters({"base_network": "vgg-16", "dataset": dataset})
+    assert config.network == "ssd_300_vgg16_atrous_custom"
 
 
 def test_without_network_the_notebooks_hyperparameters_select_its_ssd(ssd_networks):
     config = cfg.from_hyperparameters(NOTEBOOK)
-    assert config.network == "ssd_512_resnet50_v1_voc"
+    assert config.network == "ssd_512_resnet50_v1_custom"
     defaults = cfg.from_hyperparameters({"num_classes": "20", "num_training_samples": "100"})
-    assert defaults.network == "ssd_300_vgg16_atrous_voc"  # vgg-16 at 300, the algorithm's defaults
+    assert defaults.network == "ssd_300_vgg16_atrous_custom"  # vgg-16 at 300, the algorithm's defaults
     custom = cfg.from_hyperparameters({"base_network": "vgg-16", "image_shape": "512",
                                        "dataset": "custom"})
     assert custom.network == "ssd_512_vgg16_atrous_custom"
@@ -92,7 +99,7 @@ def test_a_selected_network_the_image_lacks_is_an_error_naming_base_network(monk
                         lambda: tuple(n for n in registered if not n.startswith("ssd_")))
     with pytest.raises(ConfigError) as err:
         cfg.from_hyperparameters({"base_network": "vgg-16"})
-    assert "base_network=vgg-16 with image_shape=300 selects ssd_300_vgg16_atrous_voc, which this " \
+    assert "base_network=vgg-16 with image_shape=300 selects ssd_300_vgg16_atrous_custom, which this " \
            "image does not train; set network" in str(err.value)
 
 

@@ -91,13 +91,13 @@ DEFAULT_SOURCE = "the built-in algorithm's default"
 NAMES = tuple(TRANSLATED)
 
 
-def ssd_network(base_network, image_shape, dataset):
-    """The GluonCV SSD the built-in algorithm runs for ``base_network`` and ``image_shape``, named
-    for ``dataset`` (``_voc``, ``_coco``, else ``_custom``)."""
-    suffix = {"voc": "voc", "coco": "coco"}.get(dataset, "custom")
+def ssd_network(base_network, image_shape):
+    """The GluonCV SSD the built-in algorithm runs for ``base_network`` and ``image_shape``: the
+    network built for the job's class list (``_custom``), as the algorithm trains ``num_classes``
+    of the user's data whatever its format."""
     if base_network == "resnet-50":
-        return "ssd_512_resnet50_v1_" + suffix
-    return "ssd_%d_vgg16_atrous_%s" % (512 if image_shape >= 512 else 300, suffix)
+        return "ssd_512_resnet50_v1_custom"
+    return "ssd_%d_vgg16_atrous_custom" % (512 if image_shape >= 512 else 300)
 
 
 def uses_builtin_names(hyperparameters):
@@ -151,9 +151,8 @@ def translate(hyperparameters):
     network = decode(hyperparameters.get("network")) if "network" in hyperparameters else None
     if network is None:
         if not problems:
-            dataset = decode(hyperparameters.get("dataset", "voc"))
             shape = parsed.get("image_shape", 300)
-            name = ssd_network(base or "vgg-16", shape, dataset)
+            name = ssd_network(base or "vgg-16", shape)
             if name in families.network_names():
                 ours["network"] = name
                 notes.append("network=%s (the built-in algorithm's SSD for base_network=%s, "
