@@ -168,7 +168,10 @@ def test_a_class_id_past_the_end_of_the_class_list_is_never_dropped_silently(mod
     (b'{"short": [600, NaN]}', ["config.json", "NaN, which JSON does not allow"]),
     (b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}", ["config.json", "nested more than 64 levels"]),
     (b'{"short": true}', ["config.json field short is true; it must be a whole number of pixels"]),
-    (b'{"max_size": 1000000000}', ["config.json field max_size is 1000000000"]),
+    (b'{"short": [128], "max_size": 1000000000}', ["config.json field max_size is 1000000000"]),
+    # no test size recorded: refused, not guessed from the network's name (800/1333 for "coco")
+    (b'{"network": "faster_rcnn_resnet50_v1b_coco", "max_size": 1333}',
+     ["config.json has no short, the test size its training job validated at"]),
 ])
 def test_a_config_json_that_lies_is_refused_naming_the_field(model_dir, tmp_path, config, words):
     copy = copy_model(model_dir, tmp_path / "copy", **{layout.CONFIG_FILE: config})

@@ -24,7 +24,6 @@ import warnings
 
 from detector_training.core import archive, model_dir
 from detector_training.core.files import json_preview
-from detector_training.data import formats
 from detector_training.errors import ModelError, one_line
 
 DEFAULT_THRESHOLD = 0.5  # the minimum score answered when a request or command names none
@@ -113,6 +112,9 @@ def _test_size(config, field, default, source):
     value = config.get(field)
     if isinstance(value, list):  # short: the training scales, the last one tests
         value = value[-1] if value else None
+    if value is None and default is None:
+        raise InferenceError("invalid model %s: config.json has no %s, the test size its training job "
+                             "validated at; export the model with this image's training job" % (source, field))
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
@@ -124,19 +126,15 @@ def _test_size(config, field, default, source):
 
 
 def _test_sizes(config, source):
-    """Short side and longer-side cap the model is run at: the last training scale, else the
-    network's GluonCV default (600/1000 for VOC-style networks, 800/1333 for COCO ones; a
-    square-input family's data shape)."""
+    """Short side and longer-side cap the model is run at, as its training job validated and
+    recorded them in config.json (``test_short``, else the last of ``short``; ``max_size``; a
+    square-input family's data shape, else its network's)."""
+    field = "test_short" if config.get("test_short") is not None else "short"
     square = square_family(config)
-    if square is not None:  # the size validation resized to (test_short; else short)
-        field = "test_short" if config.get("test_short") is not None else "short"
+    if square is not None:  # the size validation resized to
         size = _test_size(config, field, square.default_size(config.get("network")), source)
         return size, size
-    trained_on = config.get("dataset")
-    coco = "coco" in str(config.get("network", "")) or (
-        trained_on in formats.names() and formats.get(trained_on).style == "coco")
-    return (_test_size(config, "short", 800 if coco else 600, source),
-            _test_size(config, "max_size", 1333 if coco else 1000, source))
+    return _test_size(config, field, None, source), _test_size(config, "max_size", None, source)
 
 
 def square_family(config):
