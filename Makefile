@@ -76,15 +76,23 @@ $(SDK_STAMP): constraints-sdk.txt Makefile sagemaker_launch/pyproject.toml
 	$(SDK_VENV)/bin/pip install -q -c constraints-sdk.txt -e sagemaker_launch
 	touch $@
 
-# Everything: unit, functional, and container tests (the engine is started and both images built
-# first). Where no engine can run, the container tests skip, each listed with its reason at the end
-# of the run; under CI=true (CI sets it) that fails here, before any test, naming the engine.
+# Everything: unit, functional, and container tests. The engine is started first; both images build
+# in the background (log: $(TIER).log) while the tests that need no engine run, and each container
+# test waits for that build (tests/docker_engine.py), failing with the log's end when it failed.
+# Where no engine can run, the container tests skip, each listed with its reason at the end of the
+# run; under CI=true (CI sets it) that fails here, before any test, naming the engine.
+TIER ?= $(CURDIR)/out/container-tier
 test: $(STAMP) $(SDK_STAMP) container-tier
-	$(PY) -m pytest -q --durations=25 tests
+	DETECTOR_CONTAINER_TIER=$(TIER) $(PY) -m pytest -q --durations=25 tests
 	SAGEMAKER_SUPPRESS_V2_WARNING=1 $(SDK_VENV)/bin/python -m pytest -q sagemaker_launch/tests
 
+# The engine, then the images' build started in the background ($(TIER).status: its exit status
+# once it ends); `make image image-gpu` builds them in the foreground.
 container-tier:
-	if bash docker/ensure-engine.sh; then $(MAKE) image image-gpu; \
+	mkdir -p $(dir $(TIER)) && rm -f $(TIER).started $(TIER).status
+	if bash docker/ensure-engine.sh; then touch $(TIER).started; \
+	  { $(MAKE) image image-gpu; echo $$? > $(TIER).status; } < /dev/null > $(TIER).log 2>&1 & \
+	  echo "container tier: the images build in the background (log: $(TIER).log)"; \
 	else case "$$(echo "$${CI:-}" | tr A-Z a-z)" in \
 	  true|1|yes) echo "ERROR: no Docker engine could be started (docker/ensure-engine.sh says why above):" \
 	    "CI=true, and the container tests may not be skipped" >&2; exit 1;; \

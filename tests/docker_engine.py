@@ -8,11 +8,18 @@ pass green with the container tier skipped. Shared by ``tests/conftest.py`` and
 
 import os
 import subprocess
+import time
 
 import pytest
 
 MARK = "docker_engine"
 ANSWER_S = 30  # `docker info` on a loaded machine with a live engine answers in well under this
+# `make test` builds the images in the background (Makefile: container-tier) and names the build's
+# files here: <prefix>.started while it runs, <prefix>.status (its exit status) once it ended,
+# <prefix>.log its output.
+TIER = "DETECTOR_CONTAINER_TIER"
+TIER_WAIT_S = 1080  # inside one test's time limit (pytest.ini: 1200 s); the next test waits again
+POLL_S = 5
 
 _checked = {}
 
@@ -40,11 +47,46 @@ def engine_problem():
     return _checked["problem"]
 
 
+def tier_problem(environ=None, wait_s=TIER_WAIT_S, poll_s=POLL_S):
+    """None once the background image build `make test` started has ended well (or where none was
+    started), else why the container tests cannot run: the build failed (the end of its log), or
+    it had not ended within ``wait_s``. A finished build's answer is kept for the run."""
+    prefix = (environ if environ is not None else os.environ).get(TIER)
+    if not prefix or not os.path.exists(prefix + ".started"):
+        return None
+    if prefix in _checked:
+        return _checked[prefix]
+    deadline = time.monotonic() + wait_s
+    while not os.path.exists(prefix + ".status"):
+        if time.monotonic() >= deadline:
+            return "the image build `make test` started (make image image-gpu; log: %s.log) had not " \
+                   "ended after %d s more" % (prefix, wait_s)
+        time.sleep(poll_s)
+    time.sleep(0.2)  # the status is written in one small write; let it land
+    status = open(prefix + ".status").read().strip()
+    problem = None
+    if status != "0":
+        try:
+            with open(prefix + ".log", errors="replace") as handle:
+                tail = "".join(handle.readlines()[-15:])
+        except OSError as exc:
+            tail = "(its log cannot be read: %s)" % exc
+        problem = "the image build (make image image-gpu) failed with exit status %s; %s.log ends:\n%s" % (
+            status or "unknown", prefix, tail)
+    _checked[prefix] = problem
+    return problem
+
+
 def require_engine(item):
-    """Call from ``pytest_runtest_setup``: skip, or under CI fail, a marked test without an engine."""
+    """Call from ``pytest_runtest_setup``: skip, or under CI fail, a marked test without an engine;
+    a marked test waits for the images `make test` builds in the background, and fails when that
+    build failed."""
     marker = item.get_closest_marker(MARK)
     if marker is None:
         return
+    building = tier_problem()
+    if building is not None:
+        pytest.fail(building, pytrace=False)
     problem = engine_problem()
     if problem is None:
         return

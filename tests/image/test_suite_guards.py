@@ -9,7 +9,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+
+import docker_engine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NO_ENGINE = "unix:///nonexistent"
@@ -18,7 +22,9 @@ CONTAINER_TEST = "tests/image/test_serve_image.py::test_the_image_says_it_accept
 
 
 def environment(ci):
-    env = dict(os.environ, DOCKER_HOST=NO_ENGINE, PYTHONDONTWRITEBYTECODE="1")
+    # TIER: the Makefile's background-build files, away from the run's own (out/container-tier)
+    env = dict(os.environ, DOCKER_HOST=NO_ENGINE, PYTHONDONTWRITEBYTECODE="1",
+               TIER=os.path.join(tempfile.gettempdir(), "guards-container-tier"))
     env.pop("CI", None)
     if ci:
         env["CI"] = "true"
@@ -72,6 +78,46 @@ def test_make_test_under_ci_fails_before_any_test_when_no_engine_answers():
     assert "no Docker engine answers at DOCKER_HOST=%s" % NO_ENGINE in result.stderr
     assert "CI=true, and the container tests may not be skipped" in result.stderr
     assert "docker build" not in result.stdout + result.stderr  # no image build was tried
+
+
+def test_a_container_test_waits_for_the_background_image_build_and_goes_on_when_it_ended_well(tmp_path):
+    prefix = str(tmp_path / "tier")
+    open(prefix + ".started", "w").close()
+    ends = threading.Timer(1.0, lambda: open(prefix + ".status", "w").write("0\n"))
+    ends.start()
+    began = time.monotonic()
+    assert docker_engine.tier_problem({docker_engine.TIER: prefix}, wait_s=30, poll_s=0.1) is None
+    assert time.monotonic() - began >= 0.9  # it waited for the build to end
+    ends.join()
+
+
+def test_a_failed_background_image_build_fails_the_container_tests_with_the_end_of_its_log(tmp_path):
+    prefix = str(tmp_path / "tier")
+    open(prefix + ".started", "w").close()
+    with open(prefix + ".log", "w") as log:
+        log.write("Step 7/30 : RUN pip install horovod\nERROR: failed to build horovod\n")
+    with open(prefix + ".status", "w") as status:
+        status.write("2\n")
+    problem = docker_engine.tier_problem({docker_engine.TIER: prefix}, wait_s=5, poll_s=0.1)
+    assert "the image build (make image image-gpu) failed with exit status 2" in problem
+    assert "ERROR: failed to build horovod" in problem
+
+
+def test_a_background_build_that_does_not_end_fails_the_waiting_test_at_its_bound(tmp_path):
+    prefix = str(tmp_path / "tier")
+    open(prefix + ".started", "w").close()
+    problem = docker_engine.tier_problem({docker_engine.TIER: prefix}, wait_s=0.3, poll_s=0.1)
+    assert "had not ended after 0 s more" in problem and prefix + ".log" in problem
+    # no build started (an engine-less run, or pytest alone): nothing to wait for
+    assert docker_engine.tier_problem({docker_engine.TIER: str(tmp_path / "none")}) is None
+    assert docker_engine.tier_problem({}) is None
+
+
+def test_make_test_builds_the_images_in_the_background_and_names_the_build_to_the_tests():
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    recipe = makefile.split("\ncontainer-tier:\n", 1)[1].split("\n\n", 1)[0]
+    assert "$(MAKE) image image-gpu; echo $$? > $(TIER).status; } < /dev/null > $(TIER).log 2>&1 &" in recipe
+    assert "DETECTOR_CONTAINER_TIER=$(TIER) $(PY) -m pytest" in makefile
 
 
 def test_make_test_outside_ci_goes_on_saying_the_container_tests_will_skip():
