@@ -388,12 +388,15 @@ def test_the_input_is_what_the_familys_validation_transform_makes(trained_models
     the same through inference as in its job's validation)."""
     import mxnet as mx
     from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultValTransform
+    from gluoncv.data.transforms.presets.ssd import SSDDefaultValTransform
+    from gluoncv.data.transforms.presets.yolo import YOLO3DefaultValTransform
 
     from detector_training.families.yolo3 import SquareValTransform
 
     model = inference.load_model(trained_models[family])
     data, scale = inference.network_input(model, wide_image)
-    transform = SquareValTransform(model.short, family) \
+    preset = {"yolo3": YOLO3DefaultValTransform, "ssd": SSDDefaultValTransform}.get(family)
+    transform = SquareValTransform(model.short, preset) \
         if model.square else FasterRCNNDefaultValTransform(model.short, model.max_size)
     expected, _label, factor = transform(mx.nd.array(wide_image, dtype="uint8"), np.zeros((1, 5), dtype=np.float32))
     np.testing.assert_allclose(data[0].asnumpy(), expected.asnumpy(), atol=1e-5)

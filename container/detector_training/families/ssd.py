@@ -129,8 +129,10 @@ class SSD(DetectorFamily):
 
     def val_loader(self, config, net, datasets, world, num_workers):
         from gluoncv.data.batchify import Append, Tuple
+        from gluoncv.data.transforms.presets.ssd import SSDDefaultValTransform
 
-        return val_shard_loader(datasets, world, SquareValTransform(self.data_shape(config), "ssd"),
+        return val_shard_loader(datasets, world, SquareValTransform(self.data_shape(config),
+                                                                    SSDDefaultValTransform),
                                 Tuple(*[Append() for _ in range(3)]), num_workers)
 
     def materialize(self, net, batch, ctx):

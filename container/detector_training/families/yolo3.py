@@ -124,9 +124,10 @@ class YOLOv3(DetectorFamily):
 
     def val_loader(self, config, net, datasets, world, num_workers):
         from gluoncv.data.batchify import Append, Tuple
+        from gluoncv.data.transforms.presets.yolo import YOLO3DefaultValTransform
 
         _, size, _ = self.image_sizes(config, net)
-        return val_shard_loader(datasets, world, SquareValTransform(size, "yolo3"),
+        return val_shard_loader(datasets, world, SquareValTransform(size, YOLO3DefaultValTransform),
                                 Tuple(*[Append() for _ in range(3)]), num_workers)
 
     def materialize(self, net, batch, ctx):
@@ -169,26 +170,20 @@ def clear_targets(outputs):
 
 
 class SquareValTransform:
-    """A square-input family's GluonCV validation transform (``family`` "yolo3":
-    YOLO3DefaultValTransform, "ssd": SSDDefaultValTransform; both resize to the square and
-    normalise), with the label kept in original pixels and the per-coordinate scale back to them:
+    """A square-input family's GluonCV validation transform (``preset``, the family's own:
+    YOLO3DefaultValTransform, SSDDefaultValTransform; both resize to the square and normalise),
+    with the label kept in original pixels and the per-coordinate scale back to them:
     (image, label, [sx, sy, sx, sy])."""
 
-    def __init__(self, size, family):
-        if family not in ("yolo3", "ssd"):
-            raise ValueError("no square validation transform for family %r" % family)
+    def __init__(self, size, preset):
         self.size = size
-        self.family = family
+        self.preset = preset
 
     def __call__(self, src, label):
         import mxnet as mx
 
-        if self.family == "ssd":
-            from gluoncv.data.transforms.presets.ssd import SSDDefaultValTransform as preset
-        else:
-            from gluoncv.data.transforms.presets.yolo import YOLO3DefaultValTransform as preset
         height, width = src.shape[:2]
-        img, _ = preset(self.size, self.size)(src, label)
+        img, _ = self.preset(self.size, self.size)(src, label)
         scale = [width / float(self.size), height / float(self.size)] * 2
         return img, label.astype("float32"), mx.nd.array(scale)
 
