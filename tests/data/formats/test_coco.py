@@ -55,3 +55,21 @@ def test_coco_data_carries_the_coco_metric(tmp_path):
     generate(str(tmp_path), 3, 2)
     data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
     assert data.metric is COCO and len(data.val) == 2
+
+
+@pytest.mark.parametrize("instances", [False, True])
+def test_a_cvat_export_of_masks_trains_them_as_objects_with_their_masks(tmp_path, instances):
+    import builtin_exports as bx
+
+    items = bx.sample_objects(4)
+    bx.cvat_coco(str(tmp_path / "train"), {"Train": items, "Validation": items[:2]}, masks=True)
+    data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path), instances)
+    assert len(data.train) == 4 and sum(len(data.train[i][1]) for i in range(4)) == 5
+    truth = data.val.base.coco  # the ground truth COCO's metric scores
+    assert len(truth.anns) == 2 and all(a["iscrowd"] == 0 for a in truth.anns.values())
+    if instances:  # each object's mask, traced from its RLE: the box's pixels
+        rings = data.train[0][2][0]
+        _cls, left, top, w, h = items[0][2][0]
+        xs, ys = rings[0][:, 0], rings[0][:, 1]
+        assert (xs.min(), ys.min(), xs.max(), ys.max()) == (left + 0.5, top + 0.5,
+                                                            left + w - 0.5, top + h - 0.5)

@@ -226,14 +226,16 @@ def _export_datasets(config, channels_dir, channels, instances, frame, documents
                               ("validation", val_export, val_ids)):
         LOG.info("data: coco %s: %s%s", what, export.describe(channels_dir), "" if ids is None
                  else ", %d images carved by id (seed %d)" % (len(ids), config.seed))
-    extra = dict({} if instances else {"use_crowd": False}, oriented=bool(frame.oriented()),
-                 documents=documents)
+    # Each export's documents as its tool means them (CVAT's masks, crowd-flagged, are objects).
+    extra = dict({} if instances else {"use_crowd": False}, oriented=bool(frame.oriented()))
     train = cls(train_export.image_root, [train_export.split], classes,
                 annotation_files={train_export.split: train_export.annotation_file},
-                image_ids=train_ids, skip_empty=config.skip_empty, **extra)
+                image_ids=train_ids, skip_empty=config.skip_empty,
+                documents=train_export.documents(documents), **extra)
     val = cls(val_export.image_root, [val_export.split], train.classes,
               annotation_files={val_export.split: val_export.annotation_file},
-              image_ids=val_ids, skip_empty=False, oriented=extra["oriented"], documents=documents)
+              image_ids=val_ids, skip_empty=False, oriented=extra["oriented"],
+              documents=val_export.documents(documents))
     return _datasets(train, val, [train_export.split], config.skip_empty)
 
 
