@@ -326,3 +326,14 @@ def test_cvat_masks_are_counted_as_objects_and_coco_crowds_as_left_out(tmp_path,
     report = check(str(coco_channels))
     assert report.splits[0].drops.counts() == {"crowd box (left out of training)": 1}
     assert "| crowd box (left out of training) | 1 |" in report.markdown()
+
+
+def test_an_empty_validation_split_is_reported_as_carved_not_as_a_problem(tmp_path):
+    import builtin_exports as built
+
+    built.roboflow_coco(str(tmp_path / "train"), {"train": _items(6), "valid": []})
+    report = check(str(tmp_path))
+    assert report.ok, report.problems
+    assert [s.what for s in report.splits] == ["training"]
+    assert ("validation: Roboflow COCO, train/valid/_annotations.coco.json has no image; 0.1 of "
+            "the training images are carved as the validation split instead (seed 233)") in report.notes

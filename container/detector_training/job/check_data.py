@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from detector_training.core.files import atomic_save, atomic_write_text
 from detector_training.data import formats
-from detector_training.data.formats.data_format import Channel
+from detector_training.data.formats.data_format import EMPTY_VALIDATION, Channel
 from detector_training.data.labelled import Drops, boxes_of
 from detector_training.errors import JobError
 from detector_training.job import config as config_mod
@@ -278,7 +278,11 @@ def describe(report, fmt, channels_dir, config):
         return
     classes = tuple(config.classes) or train.class_names()
     report.classes = classes
-    if sets.get("validation") is None:
+    empty = sets.get("validation")
+    if empty is not None and not empty.images:  # as the job does: carved instead
+        report.notes.append(EMPTY_VALIDATION % (empty.layout, fmt_default_fraction(fmt), config.seed))
+        sets["validation"] = None
+    elif sets.get("validation") is None:
         report.notes.append("validation: %s of the training images, carved with seed %d" % (
             "%g" % (config.val_fraction or fmt_default_fraction(fmt)), config.seed))
     if config.skip_empty:

@@ -73,3 +73,23 @@ def test_a_cvat_export_of_masks_trains_them_as_objects_with_their_masks(tmp_path
         xs, ys = rings[0][:, 0], rings[0][:, 1]
         assert (xs.min(), ys.min(), xs.max(), ys.max()) == (left + 0.5, top + 0.5,
                                                             left + w - 0.5, top + h - 0.5)
+
+
+def test_an_empty_roboflow_valid_folder_is_carved_from_training_and_said(tmp_path, caplog):
+    import builtin_exports as bx
+
+    bx.roboflow_coco(str(tmp_path / "train"), {"train": bx.sample_objects(6), "valid": []})
+    with caplog.at_level("INFO", logger="detector_training"):
+        data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
+    assert (len(data.train), len(data.val)) == (5, 1)
+    assert ("validation: Roboflow COCO (train/valid/_annotations.coco.json) has no image; 0.1 of "
+            "the training images are carved") in caplog.text
+
+
+def test_an_empty_training_annotation_file_is_a_clear_error(tmp_path):
+    import builtin_exports as bx
+
+    bx.roboflow_coco(str(tmp_path / "train"), {"train": [], "valid": bx.sample_objects(2)})
+    with pytest.raises(DataError, match=r"the training data \(Roboflow COCO "
+                                        r"\(train/train/_annotations.coco.json\)\) has no image"):
+        build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
