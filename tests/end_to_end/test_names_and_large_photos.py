@@ -59,7 +59,8 @@ def named_export(root):
         split = "train" if number < 6 else "valid"
         name = "photo %d – été 熊猫.jpg" % number
         path = exports.save(photo, os.path.join(root, split, "images"), name)
-        objects = [(NAMES[2] if i % 3 == 2 else renamed[o[0]], o[1:]) for i, o in enumerate(photo.objects)]
+        objects = [(NAMES[2] if i % 3 == 2 else renamed[o[0]], o[1:])
+                   for i, o in enumerate(photo.objects)]
         _write(os.path.join(root, split, "labels", os.path.splitext(name)[0] + ".txt"),
                "".join(_yolo_line(n, box, photo.image.size) for n, box in objects))
     image, objects = big_photo()
@@ -69,7 +70,8 @@ def named_export(root):
     _write(os.path.join(root, "README.roboflow.txt"), exports.ROBOFLOW_README)
     _write(os.path.join(root, "data.yaml"),
            "train: ../train/images\nval: ../valid/images\n\nnc: 3\nnames: [%s]\n\nroboflow:\n"
-           "  workspace: café-ws\n  project: 熊猫\n  version: 1\n" % ", ".join("'%s'" % n for n in NAMES))
+           "  workspace: café-ws\n  project: 熊猫\n  version: 1\n"
+           % ", ".join("'%s'" % n for n in NAMES))
 
 
 @pytest.fixture(scope="module")

@@ -336,4 +336,5 @@ def test_an_empty_validation_split_is_reported_as_carved_not_as_a_problem(tmp_pa
     assert report.ok, report.problems
     assert [s.what for s in report.splits] == ["training"]
     assert ("validation: Roboflow COCO, train/valid/_annotations.coco.json has no image; 0.1 of "
-            "the training images are carved as the validation split instead (seed 233)") in report.notes
+            "the training images are carved as the validation split instead (seed 233)") \
+        in report.notes

@@ -129,8 +129,9 @@ class DataReport:
                 lines.append("%s: %s" % (split.what, split.orientation))
             lines += ["%s: left out: %s: %d (%s)" % (split.what, reason, count, ", ".join(
                 split.drops.examples(reason))) for reason, count in split.drops.counts().items()]
-            lines += ["%s: changed but kept: %s: %d (%s)" % (split.what, reason, count, ", ".join(
-                split.adjusted.examples(reason))) for reason, count in split.adjusted.counts().items()]
+            lines += ["%s: changed but kept: %s: %d (%s)" % (
+                split.what, reason, count, ", ".join(split.adjusted.examples(reason)))
+                for reason, count in split.adjusted.counts().items()]
         lines += self.notes
         lines += ["problem: " + problem.text() for problem in self.problems]
         return [self.shown(line) for line in lines]
@@ -280,7 +281,8 @@ def describe(report, fmt, channels_dir, config):
     report.classes = classes
     empty = sets.get("validation")
     if empty is not None and not empty.images:  # as the job does: carved instead
-        report.notes.append(EMPTY_VALIDATION % (empty.layout, fmt_default_fraction(fmt), config.seed))
+        report.notes.append(EMPTY_VALIDATION % (empty.layout, fmt_default_fraction(fmt),
+                                                config.seed))
         sets["validation"] = None
     elif sets.get("validation") is None:
         report.notes.append("validation: %s of the training images, carved with seed %d" % (

@@ -127,5 +127,6 @@ def render(detections, classes, width, height, media_type, verbose):
     """The response body (bytes) in the chosen form."""
     payload = detections if verbose else builtin_prediction(detections, classes, width, height)
     if media_type == JSON_LINES:
-        return (json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n"
+        return text.encode("utf-8")
     return json.dumps(payload, ensure_ascii=False).encode("utf-8")

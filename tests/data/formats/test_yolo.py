@@ -83,7 +83,8 @@ def test_an_empty_val_folder_is_carved_from_training_and_said_in_the_log(tmp_pat
     exports.roboflow_yolo(root)
     _empty_split(root, "valid")
     with caplog.at_level("INFO", logger="detector_training"):
-        datasets = build_datasets(from_hyperparameters({"dataset": "yolo"}), str(_channels(tmp_path)))
+        datasets = build_datasets(from_hyperparameters({"dataset": "yolo"}),
+                                  str(_channels(tmp_path)))
     assert (len(datasets.train), len(datasets.val)) == (5, 1)
     assert "validation: Roboflow YOLOv8, valid/images has no image" in caplog.text
     assert "0.1 of the training images are carved as the validation split instead" in caplog.text
@@ -93,5 +94,6 @@ def test_an_empty_train_folder_is_a_clear_error(tmp_path):
     root = str(_channels(tmp_path) / "train")
     exports.roboflow_yolo(root)
     _empty_split(root, "train")
-    with pytest.raises(DataError, match=r"the training data \(Roboflow YOLOv8, train/images\) has no image"):
+    with pytest.raises(DataError,
+                       match=r"the training data \(Roboflow YOLOv8, train/images\) has no image"):
         build_datasets(from_hyperparameters({"dataset": "yolo"}), str(_channels(tmp_path)))

@@ -198,7 +198,8 @@ def test_the_cvat_fixture_writes_rle_that_pycocotools_decodes_to_the_object(tmp_
     _cls, left, top, w, h = ITEMS[0][2][0]
     mask = cocomask.decode(cocomask.frPyObjects(ann["segmentation"], 48, 64))
     assert ann["iscrowd"] == 1 and int(mask.sum()) == w * h == ann["area"]
-    assert mask[top, left] == 1 and mask[top + h - 1, left + w - 1] == 1 and mask[top - 1, left] == 0
+    assert mask[top, left] == 1 and mask[top + h - 1, left + w - 1] == 1
+    assert mask[top - 1, left] == 0 and mask[top, left - 1] == 0
 
 
 def test_cvat_masks_are_objects_in_its_export_and_the_data_check_counts_them(tmp_path):
@@ -206,7 +207,7 @@ def test_cvat_masks_are_objects_in_its_export_and_the_data_check_counts_them(tmp
     bx.cvat_coco(os.path.join(channels, "train"), {"Train": ITEMS, "Validation": ITEMS[:2]},
                  masks=True)
     train, validation = ce.locate(channels)
-    assert train.tool.crowd_is_mask and validation.tool.crowd_is_mask  # what CVAT's exporter declares
+    assert train.tool.crowd_is_mask and validation.tool.crowd_is_mask  # as CVAT's exporter writes
     labelled = ce.read_labelled(train, channels)
     assert labelled.object_counts() == {"dog": 2, "cat": 3} and not labelled.drops
     assert labelled.adjusted.counts() == {ce.MASK_OBJECT: 5}

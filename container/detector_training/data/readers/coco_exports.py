@@ -11,6 +11,10 @@ naming paths.
   backslashes when exported on Windows; some releases write the labeller's absolute path), so an
   image is also looked up by its base name under ``images/``.
 
+What each tool's exporter writes is declared by its :class:`Tool`: CVAT's writes every mask and
+brush object as RLE with ``iscrowd: 1``, so in its exports those are objects (trained, scored),
+while a crowd annotation of any other COCO file is one of COCO's crowd regions (left out).
+
 Each export found is an :class:`CocoExport`: the tool, the annotation file, the folder its
 ``file_name`` paths start from, and its role (train, validation, test) from the subset or folder
 name (``default`` and unknown names train). :func:`locate` picks the training export from the
@@ -29,7 +33,6 @@ from detector_training.data.labelled import Box, Drops, LabelledImage, LabelledS
 from detector_training.data.readers.builtin_json import NO_IMAGE
 from detector_training.data.readers.images import Frame, read_header
 from detector_training.errors import DataError
-
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ ROBOFLOW_FILE = "_annotations.coco.json"
 LABEL_STUDIO_FILE = "result.json"
 CVAT_PREFIX = "instances_"
 CROWD = "crowd region (not a box to train)"
-MASK_OBJECT = "mask or brush object (RLE with iscrowd 1, as the tool writes them) trained as an object"
+MASK_OBJECT = ("mask or brush object (RLE with iscrowd 1, as the tool writes them) trained as an "
+               "object")
 PLACEHOLDER = "placeholder category (a supercategory with no box) left out of the classes"
 
 
