@@ -93,3 +93,16 @@ def test_an_empty_training_annotation_file_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match=r"the training data \(Roboflow COCO "
                                         r"\(train/train/_annotations.coco.json\)\) has no image"):
         build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
+
+
+def test_an_empty_validation_file_in_gluoncv_s_layout_is_carved_too(tmp_path, caplog):
+    import json
+
+    generate(str(tmp_path), 6, 2)
+    path = tmp_path / "annotations" / "instances_val2017.json"
+    document = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(document, images=[], annotations=[])))
+    with caplog.at_level("INFO", logger="detector_training"):
+        data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
+    assert (len(data.train), len(data.val)) == (5, 1)
+    assert "instances_val2017.json has no image; 0.1 of the training images are carved" in caplog.text
