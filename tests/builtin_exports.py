@@ -186,9 +186,43 @@ def polygon(left, top, w, h):
     return [[float(left), cy, cx, float(top), float(left + w), cy, cx, float(top + h)]]
 
 
-def cvat_coco(root, subsets, class_names=("dog", "cat"), flat_images=False, polygons=False):
+def cvat_rle(mask):
+    """A binary mask (numpy, height x width) as datumaro's ``mask_tools.mask_to_rle`` writes it
+    into CVAT's COCO 1.0: uncompressed RLE, runs in column-major order starting with a run of 0s
+    (of length 0 when the first pixel is set), ``size`` [height, width]."""
+    import numpy as np
+
+    flat = np.asarray(mask, dtype=np.uint8).ravel(order="F")
+    counts, value, run = [], 0, 0
+    for pixel in flat:
+        if pixel != value:
+            counts.append(run)
+            value, run = pixel, 0
+        run += 1
+    counts.append(run)
+    return {"counts": [int(c) for c in counts], "size": [int(n) for n in mask.shape]}
+
+
+def cvat_mask_annotation(annotation, size):
+    """A box annotation turned into what CVAT's COCO 1.0 writes for a mask or brush object of
+    those pixels (datumaro's coco exporter, ``convert_instance``: ``is_crowd = mask is not None``):
+    ``segmentation`` the uncompressed RLE, ``iscrowd: 1``, ``area`` the mask's pixels, ``bbox``
+    datumaro's ``find_mask_bbox`` ([x0, y0, x1 - x0, y1 - y0] of the first and last set columns
+    and rows)."""
+    import numpy as np
+
+    left, top, w, h = (int(v) for v in annotation["bbox"])
+    mask = np.zeros((size[1], size[0]), dtype=np.uint8)
+    mask[top:top + h, left:left + w] = 1
+    return dict(annotation, segmentation=cvat_rle(mask), iscrowd=1, area=float(mask.sum()),
+                bbox=[float(left), float(top), float(w - 1), float(h - 1)])
+
+
+def cvat_coco(root, subsets, class_names=("dog", "cat"), flat_images=False, polygons=False,
+              masks=False):
     """CVAT's "COCO 1.0" export with images: {subset: items} -> ``annotations/instances_<subset>
-    .json`` and ``images/<subset>/<name>.jpg`` (``images/<name>.jpg`` with ``flat_images``)."""
+    .json`` and ``images/<subset>/<name>.jpg`` (``images/<name>.jpg`` with ``flat_images``).
+    ``masks``: every object a mask or brush object (``cvat_mask_annotation``)."""
     for subset, items in subsets.items():
         folder = os.path.join(root, "images") if flat_images else os.path.join(root, "images", subset)
         named = []
@@ -199,6 +233,9 @@ def cvat_coco(root, subsets, class_names=("dog", "cat"), flat_images=False, poly
         if polygons:
             for annotation in annotations:
                 annotation["segmentation"] = polygon(*annotation["bbox"])
+        if masks:
+            sizes = {i: s for i, _f, s in images}
+            annotations = [cvat_mask_annotation(a, sizes[a["image_id"]]) for a in annotations]
         write_json(os.path.join(root, "annotations", "instances_%s.json" % subset), {
             "licenses": [{"name": "", "id": 0, "url": ""}],
             "info": {"contributor": "", "date_created": "", "description": "", "url": "",

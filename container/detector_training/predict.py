@@ -112,7 +112,7 @@ def main(argv=None):
         detections = inference.detect_image(model, rgb, args.threshold)
         drawn = draw(args.image, detections, args.output)
         if args.json_path:
-            payload = json.dumps(detections, indent=1).encode("utf-8")
+            payload = json.dumps(detections, indent=1, ensure_ascii=False).encode("utf-8")
             atomic_write(args.json_path, lambda handle: handle.write(payload))
     except inference.InferenceError as exc:
         print("detector-predict: error: %s" % exc, file=sys.stderr)

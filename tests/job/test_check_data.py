@@ -308,3 +308,33 @@ def test_a_vocdevkit_in_the_voc_channel_is_checked_as_the_job_reads_it(tmp_path)
                    check(str(tmp_path / "voc"), asked), check(str(tmp_path), asked)):
         assert report.ok, report.problems
         assert report.dataset == "custom" and [s.images for s in report.splits] == [8, 4]
+
+
+def test_cvat_masks_are_counted_as_objects_and_coco_crowds_as_left_out(tmp_path, coco_channels):
+    import builtin_exports as built
+    from detector_training.data.readers.coco_exports import MASK_OBJECT
+
+    built.cvat_coco(str(tmp_path / "cvat" / "train"), {"default": _items(4)}, masks=True)
+    report = check(str(tmp_path / "cvat"))
+    assert report.ok, report.problems
+    assert sum(report.splits[0].objects.values()) == 5 and not report.splits[0].drops
+    assert "| %s | 5 |" % MASK_OBJECT in report.markdown()
+    notes = coco_channels / "coco" / "annotations" / "instances_train2017.json"
+    document = json.load(open(notes))
+    document["annotations"][0]["iscrowd"] = 1  # COCO proper: a crowd region, not an object
+    notes.write_text(json.dumps(document))
+    report = check(str(coco_channels))
+    assert report.splits[0].drops.counts() == {"crowd box (left out of training)": 1}
+    assert "| crowd box (left out of training) | 1 |" in report.markdown()
+
+
+def test_an_empty_validation_split_is_reported_as_carved_not_as_a_problem(tmp_path):
+    import builtin_exports as built
+
+    built.roboflow_coco(str(tmp_path / "train"), {"train": _items(6), "valid": []})
+    report = check(str(tmp_path))
+    assert report.ok, report.problems
+    assert [s.what for s in report.splits] == ["training"]
+    assert ("validation: Roboflow COCO, train/valid/_annotations.coco.json has no image; 0.1 of "
+            "the training images are carved as the validation split instead (seed 233)") \
+        in report.notes

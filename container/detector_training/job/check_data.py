@@ -3,9 +3,10 @@
 Given a folder laid out as ``/opt/ml/input/data`` (channels as sub-folders) or one channel's
 folder, it says the format found (the formats' own recognition), images and objects per class
 and split, negatives, the images carrying an EXIF orientation tag and the frame (upright or as
-stored) each is read in, what the reader left out and why (its ``Drops``), and the problems that
-would stop the job, each with its fix. The job runs the same check on rank 0 once its data is
-read and writes the report into the model directory (``data_report.md``, ``data_report.png``).
+stored) each is read in, what the reader left out and why (its ``Drops``) and what it changed
+but kept (its ``adjusted``), and the problems that would stop the job, each with its fix. The
+job runs the same check on rank 0 once its data is read and writes the report into the model
+directory (``data_report.md``, ``data_report.png``).
 
 No MXNet: the formats' ``labelled`` views read annotations and image headers only, never pixels.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 from detector_training.core.files import atomic_save, atomic_write_text
 from detector_training.data import formats
-from detector_training.data.formats.data_format import Channel
+from detector_training.data.formats.data_format import EMPTY_VALIDATION, Channel
 from detector_training.data.labelled import Drops, boxes_of
 from detector_training.errors import JobError
 from detector_training.job import config as config_mod
@@ -58,6 +59,7 @@ class SplitReport:
     drops: Drops
     box_sides: list = field(default_factory=list)  # sqrt(width * height) in pixels, per box
     orientation: str = ""  # the images with an EXIF orientation tag, and the frame they are read in
+    adjusted: Drops = field(default_factory=Drops)  # what was changed but kept, by reason
 
 
 @dataclass
@@ -101,6 +103,12 @@ class DataReport:
                 lines += ["| %s | %d | %s |" % (_cell(reason), count,
                                                 _cell(", ".join(split.drops.examples(reason))))
                           for reason, count in split.drops.counts().items()]
+            if split.adjusted:
+                lines += ["", "Changed but kept:", "", "| reason | count | first places |",
+                          "|---|---:|---|"]
+                lines += ["| %s | %d | %s |" % (_cell(reason), count,
+                                                _cell(", ".join(split.adjusted.examples(reason))))
+                          for reason, count in split.adjusted.counts().items()]
         lines += ["", "## Problems", ""]
         lines += (["- %s" % _cell(problem.text()) for problem in self.problems]
                   or ["None: the job would start on this data."])
@@ -121,6 +129,9 @@ class DataReport:
                 lines.append("%s: %s" % (split.what, split.orientation))
             lines += ["%s: left out: %s: %d (%s)" % (split.what, reason, count, ", ".join(
                 split.drops.examples(reason))) for reason, count in split.drops.counts().items()]
+            lines += ["%s: changed but kept: %s: %d (%s)" % (
+                split.what, reason, count, ", ".join(split.adjusted.examples(reason)))
+                for reason, count in split.adjusted.counts().items()]
         lines += self.notes
         lines += ["problem: " + problem.text() for problem in self.problems]
         return [self.shown(line) for line in lines]
@@ -268,7 +279,12 @@ def describe(report, fmt, channels_dir, config):
         return
     classes = tuple(config.classes) or train.class_names()
     report.classes = classes
-    if sets.get("validation") is None:
+    empty = sets.get("validation")
+    if empty is not None and not empty.images:  # as the job does: carved instead
+        report.notes.append(EMPTY_VALIDATION % (empty.layout, fmt_default_fraction(fmt),
+                                                config.seed))
+        sets["validation"] = None
+    elif sets.get("validation") is None:
         report.notes.append("validation: %s of the training images, carved with seed %d" % (
             "%g" % (config.val_fraction or fmt_default_fraction(fmt)), config.seed))
     if config.skip_empty:
@@ -296,7 +312,8 @@ def fmt_default_fraction(fmt):
 def summarise(labelled, classes, what, frame=None):
     """A SplitReport of a LabelledSet: boxes of classes not in ``classes`` counted as dropped
     (as the job drops them), images without a kept box counted as negatives, images with an EXIF
-    orientation tag counted by the frame they are read in (the format's ``frame``)."""
+    orientation tag counted by the frame they are read in (the format's ``frame``); what the reader
+    changed but kept (a clipped box, a tool's mask kept as an object) counted as it counted it."""
     drops = Drops().merge(labelled.drops)
     objects = OrderedDict((name, 0) for name in classes)
     sides, negatives = [], 0
@@ -307,7 +324,8 @@ def summarise(labelled, classes, what, frame=None):
             sides.append(math.sqrt(max(box.xmax - box.xmin, 0.0) * max(box.ymax - box.ymin, 0.0)))
         negatives += not kept
     return SplitReport(what, labelled.layout or "", len(labelled.images), negatives, objects,
-                       drops, sides, orientation_line(labelled.images, frame))
+                       drops, sides, orientation_line(labelled.images, frame),
+                       Drops().merge(labelled.adjusted))
 
 
 def orientation_line(images, frame):

@@ -17,6 +17,9 @@ Responses, by ``Accept``:
   COCO's compressed RLE);
 * ``application/jsonlines`` (the default in batch transform) and ``application/jsonlines;verbose``:
   the same on one line, ended by a newline.
+
+Answers are JSON in UTF-8 with the class names as written (a name that is not ASCII as its own
+characters, not as ``\\u`` escapes).
 """
 
 import email.message
@@ -124,5 +127,6 @@ def render(detections, classes, width, height, media_type, verbose):
     """The response body (bytes) in the chosen form."""
     payload = detections if verbose else builtin_prediction(detections, classes, width, height)
     if media_type == JSON_LINES:
-        return (json.dumps(payload, separators=(",", ":")) + "\n").encode("utf-8")
-    return json.dumps(payload).encode("utf-8")
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n"
+        return text.encode("utf-8")
+    return json.dumps(payload, ensure_ascii=False).encode("utf-8")

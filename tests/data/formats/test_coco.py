@@ -55,3 +55,54 @@ def test_coco_data_carries_the_coco_metric(tmp_path):
     generate(str(tmp_path), 3, 2)
     data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
     assert data.metric is COCO and len(data.val) == 2
+
+
+@pytest.mark.parametrize("instances", [False, True])
+def test_a_cvat_export_of_masks_trains_them_as_objects_with_their_masks(tmp_path, instances):
+    import builtin_exports as bx
+
+    items = bx.sample_objects(4)
+    bx.cvat_coco(str(tmp_path / "train"), {"Train": items, "Validation": items[:2]}, masks=True)
+    data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path), instances)
+    assert len(data.train) == 4 and sum(len(data.train[i][1]) for i in range(4)) == 5
+    truth = data.val.base.coco  # the ground truth COCO's metric scores
+    assert len(truth.anns) == 2 and all(a["iscrowd"] == 0 for a in truth.anns.values())
+    if instances:  # each object's mask, traced from its RLE: the box's pixels
+        rings = data.train[0][2][0]
+        _cls, left, top, w, h = items[0][2][0]
+        xs, ys = rings[0][:, 0], rings[0][:, 1]
+        assert (xs.min(), ys.min(), xs.max(), ys.max()) == (left + 0.5, top + 0.5,
+                                                            left + w - 0.5, top + h - 0.5)
+
+
+def test_an_empty_roboflow_valid_folder_is_carved_from_training_and_said(tmp_path, caplog):
+    import builtin_exports as bx
+
+    bx.roboflow_coco(str(tmp_path / "train"), {"train": bx.sample_objects(6), "valid": []})
+    with caplog.at_level("INFO", logger="detector_training"):
+        data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
+    assert (len(data.train), len(data.val)) == (5, 1)
+    assert ("validation: Roboflow COCO (train/valid/_annotations.coco.json) has no image; 0.1 of "
+            "the training images are carved") in caplog.text
+
+
+def test_an_empty_training_annotation_file_is_a_clear_error(tmp_path):
+    import builtin_exports as bx
+
+    bx.roboflow_coco(str(tmp_path / "train"), {"train": [], "valid": bx.sample_objects(2)})
+    with pytest.raises(DataError, match=r"the training data \(Roboflow COCO "
+                                        r"\(train/train/_annotations.coco.json\)\) has no image"):
+        build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
+
+
+def test_an_empty_validation_file_in_gluoncv_s_layout_is_carved_too(tmp_path, caplog):
+    import json
+
+    generate(str(tmp_path), 6, 2)
+    path = tmp_path / "annotations" / "instances_val2017.json"
+    document = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(document, images=[], annotations=[])))
+    with caplog.at_level("INFO", logger="detector_training"):
+        data = build_datasets(from_hyperparameters({"dataset": "coco"}), str(tmp_path))
+    assert (len(data.train), len(data.val)) == (5, 1)
+    assert "instances_val2017.json has no image; 0.1 of the training images are carved" in caplog.text

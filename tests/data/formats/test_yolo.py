@@ -68,3 +68,32 @@ def test_a_yaml_without_a_train_split_in_the_train_channel_is_named(tmp_path):
     exports.roboflow_yolo(str(_channels(tmp_path) / "train"), splits=(("valid", 2),))
     with pytest.raises(DataError, match=r"data.yaml names no 'train' split \(it has validation\)"):
         build_datasets(from_hyperparameters({"dataset": "yolo"}), str(_channels(tmp_path)))
+
+
+def _empty_split(root, split):
+    """The export with its ``split`` folder's images and labels removed (the folders kept)."""
+    for part in ("images", "labels"):
+        folder = os.path.join(root, split, part)
+        for name in os.listdir(folder):
+            os.remove(os.path.join(folder, name))
+
+
+def test_an_empty_val_folder_is_carved_from_training_and_said_in_the_log(tmp_path, caplog):
+    root = str(_channels(tmp_path) / "train")
+    exports.roboflow_yolo(root)
+    _empty_split(root, "valid")
+    with caplog.at_level("INFO", logger="detector_training"):
+        datasets = build_datasets(from_hyperparameters({"dataset": "yolo"}),
+                                  str(_channels(tmp_path)))
+    assert (len(datasets.train), len(datasets.val)) == (5, 1)
+    assert "validation: Roboflow YOLOv8, valid/images has no image" in caplog.text
+    assert "0.1 of the training images are carved as the validation split instead" in caplog.text
+
+
+def test_an_empty_train_folder_is_a_clear_error(tmp_path):
+    root = str(_channels(tmp_path) / "train")
+    exports.roboflow_yolo(root)
+    _empty_split(root, "train")
+    with pytest.raises(DataError,
+                       match=r"the training data \(Roboflow YOLOv8, train/images\) has no image"):
+        build_datasets(from_hyperparameters({"dataset": "yolo"}), str(_channels(tmp_path)))

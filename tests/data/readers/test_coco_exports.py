@@ -184,3 +184,44 @@ def test_an_export_without_validation_is_carved_by_image_id_seeded(tmp_path):
     train = cls(export.image_root, [export.split], ce.export_classes(export), annotation_files=files,
                 image_ids=train_ids)
     assert len(train) == 8
+
+
+# ------------------------------------------------ CVAT's masks and brushes: RLE with iscrowd 1
+
+def test_the_cvat_fixture_writes_rle_that_pycocotools_decodes_to_the_object(tmp_path):
+    import json
+
+    import pycocotools.mask as cocomask
+
+    bx.cvat_coco(str(tmp_path), {"default": ITEMS[:1]}, masks=True)
+    ann = json.load(open(tmp_path / "annotations" / "instances_default.json"))["annotations"][0]
+    _cls, left, top, w, h = ITEMS[0][2][0]
+    mask = cocomask.decode(cocomask.frPyObjects(ann["segmentation"], 48, 64))
+    assert ann["iscrowd"] == 1 and int(mask.sum()) == w * h == ann["area"]
+    assert mask[top, left] == 1 and mask[top + h - 1, left + w - 1] == 1
+    assert mask[top - 1, left] == 0 and mask[top, left - 1] == 0
+
+
+def test_cvat_masks_are_objects_in_its_export_and_the_data_check_counts_them(tmp_path):
+    channels = str(tmp_path)
+    bx.cvat_coco(os.path.join(channels, "train"), {"Train": ITEMS, "Validation": ITEMS[:2]},
+                 masks=True)
+    train, validation = ce.locate(channels)
+    assert train.tool.crowd_is_mask and validation.tool.crowd_is_mask  # as CVAT's exporter writes
+    labelled = ce.read_labelled(train, channels)
+    assert labelled.object_counts() == {"dog": 2, "cat": 3} and not labelled.drops
+    assert labelled.adjusted.counts() == {ce.MASK_OBJECT: 5}
+
+
+def test_a_crowd_region_of_another_tool_is_still_left_out(tmp_path):
+    channels = str(tmp_path)
+    bx.roboflow_coco(os.path.join(channels, "train"), {"train": ITEMS})
+    path = os.path.join(channels, "train", "train", "_annotations.coco.json")
+    document = coco_format.read_document(path)
+    document["annotations"][0]["iscrowd"] = 1
+    bx.write_json(path, document)
+    train, _ = ce.locate(channels)
+    assert not train.tool.crowd_is_mask
+    labelled = ce.read_labelled(train, channels)
+    assert sum(labelled.object_counts().values()) == 4
+    assert labelled.drops.counts()[ce.CROWD] == 1 and not labelled.adjusted

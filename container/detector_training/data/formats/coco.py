@@ -10,7 +10,7 @@ from detector_training.core.evaluation import COCO
 from detector_training.errors import DataError
 from detector_training.data.readers.coco_format import ANNOTATIONS, find_coco_root
 from detector_training.data.common import Datasets, SubsetDataset
-from detector_training.data.formats.data_format import DataFormat
+from detector_training.data.formats.data_format import EMPTY_VALIDATION, DataFormat, empty_training
 from detector_training.data.readers import coco_exports
 from detector_training.data.readers.images import Frame
 from detector_training.data.negatives import is_negative, log_empty
@@ -214,6 +214,13 @@ def _export_datasets(config, channels_dir, channels, instances, frame, documents
                                                     coco_instance_class)
 
     train_export, val_export = coco_exports.locate(channels_dir, channels)
+    if not documents(train_export.annotation_file)["images"]:
+        raise empty_training(train_export.describe(channels_dir))
+    if val_export is not None and not config.val_fraction \
+            and not documents(val_export.annotation_file)["images"]:
+        LOG.warning("data: " + EMPTY_VALIDATION, val_export.describe(channels_dir),
+                    DEFAULT_VAL_FRACTION, config.seed)
+        val_export = None
     cls = coco_instance_class() if instances else coco_dataset_class()
     classes = tuple(config.classes) or coco_exports.export_classes(
         train_export, documents(train_export.annotation_file))
@@ -226,14 +233,16 @@ def _export_datasets(config, channels_dir, channels, instances, frame, documents
                               ("validation", val_export, val_ids)):
         LOG.info("data: coco %s: %s%s", what, export.describe(channels_dir), "" if ids is None
                  else ", %d images carved by id (seed %d)" % (len(ids), config.seed))
-    extra = dict({} if instances else {"use_crowd": False}, oriented=bool(frame.oriented()),
-                 documents=documents)
+    # Each export's documents as its tool means them (CVAT's masks, crowd-flagged, are objects).
+    extra = dict({} if instances else {"use_crowd": False}, oriented=bool(frame.oriented()))
     train = cls(train_export.image_root, [train_export.split], classes,
                 annotation_files={train_export.split: train_export.annotation_file},
-                image_ids=train_ids, skip_empty=config.skip_empty, **extra)
+                image_ids=train_ids, skip_empty=config.skip_empty,
+                documents=train_export.documents(documents), **extra)
     val = cls(val_export.image_root, [val_export.split], train.classes,
               annotation_files={val_export.split: val_export.annotation_file},
-              image_ids=val_ids, skip_empty=False, oriented=extra["oriented"], documents=documents)
+              image_ids=val_ids, skip_empty=False, oriented=extra["oriented"],
+              documents=val_export.documents(documents))
     return _datasets(train, val, [train_export.split], config.skip_empty)
 
 
@@ -259,13 +268,19 @@ def _coco_datasets(config, data_root, instances, frame, documents):
         train_root = val_root = find_coco_root(data_root, train_splits[0])
         files = {"train": {}, "val": {}}
     train_ids = val_ids = None
-    if config.val_fraction > 0:  # the validation images carved from the training file, by id
-        train_file = files["train"].get(train_splits[0]) or annotation_file(train_root, train_splits[0])
-        train_ids, val_ids = carve_image_ids(documents(train_file), config.val_fraction,
-                                             config.seed)
+    train_file = files["train"].get(train_splits[0]) or annotation_file(train_root, train_splits[0])
+    if not documents(train_file)["images"]:
+        raise empty_training(train_file)
+    fraction = config.val_fraction
+    val_file = files["val"].get(val_splits[0]) or annotation_file(val_root, val_splits[0])
+    if not fraction and os.path.isfile(val_file) and not documents(val_file)["images"]:
+        LOG.warning("data: " + EMPTY_VALIDATION, val_file, DEFAULT_VAL_FRACTION, config.seed)
+        fraction = DEFAULT_VAL_FRACTION
+    if fraction > 0:  # the validation images carved from the training file, by id
+        train_ids, val_ids = carve_image_ids(documents(train_file), fraction, config.seed)
         val_root, val_splits, files["val"] = train_root, train_splits, files["train"]
         LOG.info("data: coco validation: %d images of %s carved by id (val_fraction=%g, seed %d)",
-                 len(val_ids), os.path.basename(train_file), config.val_fraction, config.seed)
+                 len(val_ids), os.path.basename(train_file), fraction, config.seed)
     # Crowd boxes are left out of training (the instance reader always leaves them out).
     oriented = bool(frame.oriented())
     train = cls(train_root, train_splits, config.classes, annotation_files=files["train"],

@@ -78,6 +78,11 @@ VALIDATION_CHANNEL = "validation"
 DATA_STYLES = ("voc", "coco")
 # The defaults of a format that declares none: GluonCV's VOC ones (a custom dataset's), its
 # splits named after the channels.
+# An empty validation split (Roboflow's valid/ with no image, a YOLO val: folder without images)
+# is as none: a share of the training images is carved instead, and the log and the data check
+# say so with this line.
+EMPTY_VALIDATION = ("validation: %s has no image; %g of the training images are carved as the "
+                    "validation split instead (seed %d)")
 GENERIC_PRESET = dict(epochs=20, lr=0.001, lr_decay_epoch=(14, 20), lr_warmup=-1, wd=5e-4,
                       lr_base_batch_size=4, train_splits=("train",),
                       val_splits=(VALIDATION_CHANNEL,))
@@ -102,6 +107,13 @@ class Channel:
             return sorted(os.listdir(self.path))
         except OSError:
             return []
+
+
+def empty_training(layout):
+    """The DataError of a training split that holds no image."""
+    return DataError("the training data (%s) has no image." % layout,
+                     "put the training images (and their labels) where the export says, or "
+                     "send the split that holds them.")
 
 
 class DataFormat:
@@ -257,8 +269,14 @@ class LabelledFormat(DataFormat):
                             % (self.name, data_root, ", ".join(self.channels)),
                             "give the job a '%s' channel holding the %s."
                             % (self.channels[0], self.title or self.name))
+        if not train_set.images:
+            raise empty_training(train_set.layout or self.title or self.name)
         val_set = (None if config.val_fraction > 0
                    else self.read_once(data_root, VALIDATION_CHANNEL, config))
+        if val_set is not None and not val_set.images:
+            LOG.warning("data: " + EMPTY_VALIDATION, val_set.layout or self.name,
+                        self.DEFAULT_VAL_FRACTION, config.seed)
+            val_set = None
         classes = tuple(config.classes) or train_set.class_names()
         if not classes:
             raise DataError("the training data (%s) has no labelled object." % train_set.layout,

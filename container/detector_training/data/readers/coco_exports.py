@@ -11,6 +11,10 @@ naming paths.
   backslashes when exported on Windows; some releases write the labeller's absolute path), so an
   image is also looked up by its base name under ``images/``.
 
+What each tool's exporter writes is declared by its :class:`Tool`: CVAT's writes every mask and
+brush object as RLE with ``iscrowd: 1``, so in its exports those are objects (trained, scored),
+while a crowd annotation of any other COCO file is one of COCO's crowd regions (left out).
+
 Each export found is an :class:`CocoExport`: the tool, the annotation file, the folder its
 ``file_name`` paths start from, and its role (train, validation, test) from the subset or folder
 name (``default`` and unknown names train). :func:`locate` picks the training export from the
@@ -30,7 +34,26 @@ from detector_training.data.readers.builtin_json import NO_IMAGE
 from detector_training.data.readers.images import Frame, read_header
 from detector_training.errors import DataError
 
-CVAT, ROBOFLOW, LABEL_STUDIO = "CVAT COCO 1.0", "Roboflow COCO", "Label Studio COCO"
+
+@dataclass(frozen=True)
+class Tool:
+    """A labelling tool's COCO export, as its own exporter writes it. ``annotations_folder``: its
+    annotation files lie in an ``annotations/`` folder under the export's top folder;
+    ``crowd_is_mask``: it writes every mask or brush object as RLE with ``iscrowd: 1`` (an
+    object, not one of COCO's crowd regions), so its crowd annotations train as objects."""
+
+    name: str
+    annotations_folder: bool = False
+    crowd_is_mask: bool = False
+
+    def __str__(self):
+        return self.name
+
+
+# CVAT's COCO 1.0 is datumaro's exporter: ``iscrowd = int(mask is not None)``, masks as
+# uncompressed RLE, polygons with iscrowd 0 (datumaro/plugins/data_formats/coco/exporter.py).
+CVAT = Tool("CVAT COCO 1.0", annotations_folder=True, crowd_is_mask=True)
+ROBOFLOW, LABEL_STUDIO = Tool("Roboflow COCO"), Tool("Label Studio COCO")
 TRAIN, VALIDATION, TEST = "train", "validation", "test"
 ROLES = {"train": TRAIN, "training": TRAIN, "default": TRAIN, "val": VALIDATION,
          "valid": VALIDATION, "validation": VALIDATION, "test": TEST, "testing": TEST}
@@ -38,12 +61,14 @@ ROBOFLOW_FILE = "_annotations.coco.json"
 LABEL_STUDIO_FILE = "result.json"
 CVAT_PREFIX = "instances_"
 CROWD = "crowd region (not a box to train)"
+MASK_OBJECT = ("mask or brush object (RLE with iscrowd 1, as the tool writes them) trained as an "
+               "object")
 PLACEHOLDER = "placeholder category (a supercategory with no box) left out of the classes"
 
 
 @dataclass(frozen=True)
 class CocoExport:
-    tool: str
+    tool: Tool
     subset: str  # CVAT's subset, Roboflow's folder, Label Studio's "result"
     annotation_file: str
     image_root: str  # where the file_name paths start
@@ -53,12 +78,33 @@ class CocoExport:
     def root(self):
         """The export's top folder (CVAT's holds annotations/ and images/)."""
         folder = os.path.dirname(self.annotation_file)
-        return os.path.dirname(folder) if self.tool == CVAT else folder
+        return os.path.dirname(folder) if self.tool.annotations_folder else folder
 
     @property
     def split(self):
         """The split name coco_format's readers take for it (the annotation file's stem)."""
         return os.path.splitext(os.path.basename(self.annotation_file))[0]
+
+    def as_trained(self, document):
+        """The annotation file's document as training and its metric read it: where the tool
+        writes masks and brushes as crowd annotations, those are objects (``iscrowd`` 0);
+        otherwise the document as it is (COCO's crowd regions left out of training)."""
+        if not self.tool.crowd_is_mask:
+            return document
+        return dict(document, annotations=[dict(a, iscrowd=0) if a.get("iscrowd", 0) == 1 else a
+                                           for a in document["annotations"]])
+
+    def documents(self, read=read_document):
+        """A reader of this export's annotation files (``read``: the job's Documents) giving
+        each as :meth:`as_trained` makes it, made once per file."""
+        made = {}
+
+        def documents(path):
+            if path not in made:
+                made[path] = self.as_trained(read(path))
+            return made[path]
+
+        return documents
 
     def describe(self, channels_dir):
         return "%s (%s)" % (self.tool, os.path.relpath(self.annotation_file, channels_dir))
@@ -192,13 +238,14 @@ def image_candidates(export, file_name):
 
 def read_labelled(export, channels_dir, frame=Frame.ORIENTED, documents=None):
     """The LabelledSet of one export: boxes in pixels of the ``frame`` (a crowd region, an image
-    not found: counted in Drops), with :func:`labelled.clean`'s quirks settled (a box partly outside its
+    not found: counted in Drops; a mask the tool writes as a crowd annotation: kept, counted in
+    ``adjusted``), with :func:`labelled.clean`'s quirks settled (a box partly outside its
     image clipped, one with no area dropped, each counted)."""
     document = (documents or read_document)(export.annotation_file)
     placeholders = placeholder_categories(document)
     names = {c["id"]: c["name"] for c in document["categories"]}
     classes = export_classes(export, document)
-    drops = Drops()
+    drops, adjusted = Drops(), Drops()
     for name in sorted(placeholders):
         drops.add(PLACEHOLDER, "%s category '%s'" % (os.path.relpath(export.annotation_file,
                                                                       channels_dir), name))
@@ -219,12 +266,15 @@ def read_labelled(export, channels_dir, frame=Frame.ORIENTED, documents=None):
         boxes = []
         for number, ann in by_image.get(entry["id"], []):
             box_where = "%s annotations[%d]" % (where_file, number)
-            if ann.get("iscrowd", 0) == 1:
+            if ann.get("iscrowd", 0) == 1 and export.tool.crowd_is_mask:
+                adjusted.add(MASK_OBJECT, box_where)
+            elif ann.get("iscrowd", 0) == 1:
                 drops.add(CROWD, box_where)
                 continue
             x, y, w, h = ann["bbox"]
             boxes.append(Box(x, y, x + w, y + h, names[ann["category_id"]], where=box_where))
         images.append(LabelledImage(path, boxes, header.size(oriented), where, header.orientation,
                                     oriented))
-    return clean(LabelledSet(images, classes, drops, "%s, %s" % (export.tool, where_file)))
+    return clean(LabelledSet(images, classes, drops, "%s, %s" % (export.tool, where_file),
+                             adjusted))
 

@@ -215,7 +215,9 @@ class YoloExport:
                 boxes = parse_labels(_read_bytes(labels, MAX_LABEL_BYTES, "label file"), labels,
                                      size, self.classes)
             images.append(LabelledImage(path, boxes, size, labels, header.orientation, oriented))
-        return clean(LabelledSet(images, self.classes, drops, self.layout))
+        where = ", ".join(os.path.relpath(source, os.path.dirname(self.yaml_path))
+                          for source in self.splits[split])
+        return clean(LabelledSet(images, self.classes, drops, "%s, %s" % (self.layout, where)))
 
 
 def _candidates(entry, base):
