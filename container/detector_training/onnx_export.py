@@ -455,3 +455,71 @@ def _load(directory):
         return inference.load_model(directory)
     except inference.InferenceError as exc:
         raise ModelError(str(exc), model_dir.FIX) from None
+
+
+# --- detector-export-onnx ------------------------------------------------------------------------
+
+def export_model(path, output=None, image_paths=()):
+    """``detector-export-onnx``: the export of a model directory (written into it) or a
+    ``model.tar.gz`` (extracted under inference's archive policy; written beside it), or into
+    ``output``. Returns the two paths written."""
+    images = [inference.read_image(image) for image in image_paths]
+    if os.path.isdir(path):
+        written = export_model_directory(path, images)
+        if output is None or os.path.abspath(output) == os.path.abspath(path):
+            return written
+        return _move(written, output)
+    if not os.path.isfile(path):
+        raise inference.InferenceError("model not found: %s" % path)
+    scratch = tempfile.mkdtemp(prefix="detector-onnx-")
+    try:
+        extracted = inference.extract_model_files(path, scratch)
+        found = model_dir.shallowest_with(extracted, (model_dir.SYMBOL_FILE,))
+        if found is None:
+            raise inference.InferenceError("not a model: %s holds no %s" % (path, model_dir.SYMBOL_FILE))
+        written = export_model_directory(found[0], images)
+        return _move(written, output or os.path.dirname(os.path.abspath(path)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _move(paths, directory):
+    os.makedirs(directory, exist_ok=True)
+    moved = []
+    for path in paths:  # model.onnx first: onnx.json beside it says the file is complete
+        target = os.path.join(directory, os.path.basename(path))
+        shutil.copyfile(path, target + ".part")
+        os.replace(target + ".part", target)
+        moved.append(target)
+    return tuple(moved)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="detector-export-onnx",
+        description="Export a trained model to ONNX (model.onnx + onnx.json), verified against MXNet "
+                    "on sample images before anything is written.")
+    parser.add_argument("model", help="model directory of a job, or its model.tar.gz")
+    parser.add_argument("--output", "-o", default=None,
+                        help="directory to write into (default: the model directory, or the "
+                             "directory holding the model.tar.gz)")
+    parser.add_argument("--image", action="append", default=[], dest="images",
+                        help="an image to verify on (repeatable; default: generated pictures)")
+    args = parser.parse_args(argv)
+    try:
+        onnx_path, json_path = export_model(args.model, args.output, args.images)
+    except inference.InferenceError as exc:
+        print("detector-export-onnx: error: %s" % exc, file=sys.stderr)
+        return 1
+    except JobError as exc:
+        print("detector-export-onnx: error: %s" % exc.failure_text(), file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print("detector-export-onnx: error: %s" % one_line(exc), file=sys.stderr)
+        return 1
+    print("wrote %s and %s (ONNX Runtime answers as MXNet on the sample images)" % (onnx_path, json_path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
