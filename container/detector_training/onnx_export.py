@@ -347,21 +347,37 @@ def detections(outputs, width, height):
     return sorted(rows, key=lambda row: -row[1])
 
 
-def difference(expected, got, score_tol=SCORE_TOLERANCE, box_tol=BOX_TOLERANCE):
-    """What differs between two lists of detections (``detections``), as a sentence; None when
-    they hold the same classes in the same order, scores within ``score_tol`` and box corners
-    within ``box_tol`` pixels."""
-    if len(expected) != len(got):
-        return "MXNet answers %d detections, ONNX Runtime %d" % (len(expected), len(got))
-    for rank, ((c0, s0, b0), (c1, s1, b1)) in enumerate(zip(expected, got)):
-        if c0 != c1:
-            return "detection %d is class %d in MXNet, %d in ONNX Runtime" % (rank, c0, c1)
-        if abs(s0 - s1) > score_tol:
-            return "detection %d scores %.5f in MXNet, %.5f in ONNX Runtime" % (rank, s0, s1)
-        worst = max(abs(a - b) for a, b in zip(b0, b1))
-        if worst > box_tol:
-            return "detection %d's box differs by %.2f pixels (MXNet %s, ONNX Runtime %s)" % (
-                rank, worst, _box(b0), _box(b1))
+def difference(expected, got, score_tol=SCORE_TOLERANCE, box_tol=BOX_TOLERANCE, threshold=0.0):
+    """What differs between two lists of detections with score >= ``threshold`` (``detections``:
+    (class, score, box) with any class labels), as a sentence; None when each detection of one has
+    its own in the other of the same class, score within ``score_tol`` and box corners within
+    ``box_tol`` pixels. A detection within ``score_tol`` of the threshold may lack one (it may
+    fall just under it on the other side)."""
+    def near(a, b):
+        return a[0] == b[0] and abs(a[1] - b[1]) <= score_tol
+
+    def box_gap(a, b):
+        return max(abs(x - y) for x, y in zip(a[2], b[2]))
+
+    left = [row for row in got if row[1] >= threshold]
+    for rank, row in enumerate(row for row in expected if row[1] >= threshold):
+        candidates = [other for other in left if near(row, other)]
+        if not candidates:
+            if row[1] < threshold + score_tol:
+                continue
+            close = min(left, key=lambda other: (other[0] != row[0], abs(other[1] - row[1])), default=None)
+            return "MXNet's detection %d (class %s, score %.5f, box %s) has no counterpart in ONNX Runtime%s" % (
+                rank, row[0], row[1], _box(row[2]),
+                "" if close is None else " (nearest: class %s, score %.5f)" % (close[0], close[1]))
+        best = min(candidates, key=lambda other: box_gap(row, other))
+        if box_gap(row, best) > box_tol:
+            return "MXNet's detection %d (class %s, score %.5f) has its box %.2f pixels away in ONNX Runtime (%s, %s)" % (
+                rank, row[0], row[1], box_gap(row, best), _box(row[2]), _box(best[2]))
+        left.remove(best)
+    extra = [row for row in left if row[1] >= threshold + score_tol]
+    if extra:
+        return "ONNX Runtime answers %d detection(s) MXNet does not, the first class %s, score %.5f, box %s" % (
+            len(extra), extra[0][0], extra[0][1], _box(extra[0][2]))
     return None
 
 
