@@ -381,6 +381,22 @@ def difference(expected, got, score_tol=SCORE_TOLERANCE, box_tol=BOX_TOLERANCE, 
     return None
 
 
+def mask_difference(expected, got, tolerance=SCORE_TOLERANCE):
+    """What differs between the masks (fourth output: a map per detection) of the valid rows of
+    two networks' outputs whose detections agree, row for row; None when every value is within
+    ``tolerance``."""
+    import numpy as np
+
+    valid = np.asarray(expected[0])[0].reshape(-1) >= 0
+    ours, theirs = np.asarray(expected[3])[0][valid], np.asarray(got[3])[0][valid]
+    if ours.shape != theirs.shape:
+        return "the masks are %s in MXNet, %s in ONNX Runtime" % (ours.shape, theirs.shape)
+    gaps = np.abs(ours - theirs).reshape(len(ours), -1).max(axis=1) if len(ours) else np.zeros(0)
+    if gaps.size and gaps.max() > tolerance:
+        return "detection %d's mask differs by %.5f" % (int(gaps.argmax()), float(gaps.max()))
+    return None
+
+
 def _box(box):
     return "[%s]" % ", ".join("%.1f" % v for v in box)
 
@@ -416,9 +432,11 @@ def verify(model, onnx_model, images, network, score_tol=SCORE_TOLERANCE):
     for number, rgb in enumerate(images):
         data, _scale = inference.network_input(model, rgb)
         size = data.shape[3], data.shape[2]
-        expected = detections([o.asnumpy() for o in model.net(data.as_in_context(model.ctx))], *size)
-        got = detections(runtime.run(None, {INPUT_NAME: data.asnumpy()}), *size)
-        problem = difference(expected, got, score_tol)
+        mxnet_outputs = [o.asnumpy() for o in model.net(data.as_in_context(model.ctx))]
+        onnx_outputs = runtime.run(None, {INPUT_NAME: data.asnumpy()})
+        problem = difference(detections(mxnet_outputs, *size), detections(onnx_outputs, *size), score_tol)
+        if problem is None and len(mxnet_outputs) > 3:
+            problem = mask_difference(mxnet_outputs, onnx_outputs, score_tol)
         if problem:
             raise OnnxExportError(
                 "%s: the ONNX export answers differently from MXNet on sample image %d (%d x %d): %s."
