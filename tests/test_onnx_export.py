@@ -5,7 +5,6 @@ written outside the project's environment."""
 
 import json
 import os
-import random
 import re
 import shutil
 import subprocess
