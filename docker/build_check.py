@@ -55,6 +55,7 @@ def main():
     import horovod.mxnet as hvd
     import mpi4py  # noqa: F401  (the toolkit's MPI runner)
     import sagemaker_training  # noqa: F401
+    import onnx, onnxruntime  # noqa: E401,F401  (onnx_export.py: export_onnx, detector-export-onnx)
 
     import detector_training
     from detector_training.job.config import from_hyperparameters

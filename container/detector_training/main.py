@@ -12,6 +12,7 @@ imports mxnet at import time, and ``job_main`` sets them from the configuration 
 piece that needs mxnet (``device_for``) imports it.
 """
 
+import itertools
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ import socket
 import tempfile
 from dataclasses import dataclass
 
-from detector_training import families, inference
+from detector_training import families, inference, onnx_export
 from detector_training.data import formats
 from detector_training.core.checkpoint import CheckpointManager, load_latest, resume_trainer
 from detector_training.core.distributed import init_distributed
@@ -308,6 +309,8 @@ def make_hooks(run):
                               history=engine.history, validation=validation,
                               fitted=run.network.fitted, stopped=engine.early_stop)
         evaluation_report(engine, run, model_dir.path)
+        if config.export_onnx:
+            export_onnx(run, model_dir.path)
 
     family, train_data = run.family, run.loaders.train
     checkpoints = CheckpointHook(run.checkpoints, run.effective)
@@ -351,6 +354,18 @@ def evaluation_report(engine, run, model_path):
         LOG.warning("evaluation: report not written (%s: %s)", type(exc).__name__, exc)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def export_onnx(run, model_path):
+    """model.onnx and onnx.json (onnx_export.py), verified on the first validation images (generated
+    ones without a validation split); an OnnxExportError fails the job."""
+    images = []
+    if run.datasets.val is not None:
+        samples = inference.dataset_samples(run.datasets.val)
+        images = [rgb for _name, rgb, *_rest in itertools.islice(samples, onnx_export.MAX_SAMPLE_IMAGES)]
+    onnx_export.export_model_directory(model_path, images)
+    LOG.info("onnx: %s and %s written, verified on %d image(s)", onnx_export.ONNX_FILE, onnx_export.ONNX_JSON,
+             len(images) or onnx_export.SAMPLE_IMAGES)
 
 
 # --- 8. the loop ---------------------------------------------------------------------------------

@@ -177,6 +177,9 @@ class TrainConfig:
                            "1.5x short, e.g. 320..608 for 416), a new size every "
                            "multi_scale_interval batches.")
     multi_scale_interval: int = hp(10, _pos_int, "YOLOv3 multi-scale: batches per input size.")
+    export_onnx: bool = hp(False, parse_bool,
+                           "Also write model.onnx and onnx.json into the model directory, once ONNX "
+                           "Runtime answers what MXNet answers on validation images (docs/onnx.md).")
     amp: bool = hp(False, parse_bool, "Automatic mixed precision (GPU only).")
     static_alloc: bool = hp(False, parse_bool, "static_alloc when hybridizing (faster, more memory).")
     disable_hybridization: bool = hp(False, parse_bool, "Run the network imperatively.")
