@@ -11,14 +11,20 @@ configuration as text; and at the end the evaluation report's pictures and table
 takes from its checkpoint: a resumed run writes a new event file in the same folder that
 continues the curves, and TensorBoard's purge step hides whatever the earlier run wrote past the
 checkpoint (steps that are trained again), so no step appears twice.
+
+A full disk is a DiskFullError naming the folder, at the flush that meets it (tensorboardX writes
+from a thread of its own; its queue is made long enough that a thread that died of the full disk
+never blocks the job before that flush).
 """
 
 import io
 import json
 
 from detector_training.core.engine import Hook
+from detector_training.core.files import disk_full_error, full_disk
 
 CONFIG_TAG = "config"
+QUEUE = 100_000  # events; tensorboardX's default of 10 blocks the job once its writer thread died
 
 
 class TensorBoardHook(Hook):
@@ -32,7 +38,20 @@ class TensorBoardHook(Hook):
         self.effective_config = effective_config
         self.writer = None
 
+    def _writing(self, write):
+        """``write()``; a full disk under the folder is a DiskFullError naming it."""
+        try:
+            write()
+        except OSError as exc:
+            code = full_disk(exc, self.log_dir)
+            if code:
+                raise disk_full_error("TensorBoard's event file in %s" % self.log_dir, code) from exc
+            raise
+
     def before_train(self, engine):
+        self._writing(lambda: self._open(engine))
+
+    def _open(self, engine):
         from tensorboardX import SummaryWriter
 
         start = engine.start_global_step
@@ -41,14 +60,16 @@ class TensorBoardHook(Hook):
         # The start step in the file name keeps a resumed run's file apart from (and, read in name
         # order, after) the earlier run's, also when both start within the same second.
         self.writer = SummaryWriter(self.log_dir, purge_step=start + 1 if start > 0 else None,
-                                    filename_suffix=".step%012d" % start)
+                                    filename_suffix=".step%012d" % start, max_queue=QUEUE)
         self.writer.add_text(CONFIG_TAG, "```\n%s\n```" % json.dumps(
             self.effective_config, indent=1, sort_keys=True, default=str), start)
         self.writer.flush()
 
     def _write(self, engine):
-        if not (engine.scalars or engine.pictures or engine.texts):
-            return
+        if engine.scalars or engine.pictures or engine.texts:
+            self._writing(lambda: self._add(engine))
+
+    def _add(self, engine):
         for tag, value in sorted(engine.scalars.items()):
             self.writer.add_scalar(tag, float(value), engine.global_step)
         for tag, png in sorted(engine.pictures.items()):
@@ -66,7 +87,7 @@ class TensorBoardHook(Hook):
     def after_train(self, engine):
         if self.writer is not None:
             self._write(engine)
-            self.writer.close()
+            self._writing(self.writer.close)
 
 
 def _pixels(png):
