@@ -68,6 +68,7 @@ def test_the_report_on_a_full_disk_is_a_disk_full_error(disk):
         write_report(disk, history, {"mAP": 0.2, "per_class": {"a": 0.2}}, ["a"], ("loss",))
 
 
+@pytest.mark.timeout(60)  # tensorboardX's SummaryWriter hung here: its dead writer thread's queue full
 def test_tensorboard_on_a_full_disk_is_a_disk_full_error_naming_the_folder(disk):
     """The error reaches the job (tensorboardX's SummaryWriter would meet it in a thread of its
     own, which dies, and leave the job waiting on its queue)."""
