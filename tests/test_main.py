@@ -337,19 +337,20 @@ def hooks_for(tmp_path, monkeypatch, config, validated):
 def test_hooks_run_in_the_documented_order(tmp_path, monkeypatch):
     hooks, _network, run, _loaders = hooks_for(tmp_path, monkeypatch, make_config(), [])
     # TensorBoard last: at the end it writes what the final model's hook published (the report)
-    assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, StopHook,
-                                        ValidationHook, EarlyStoppingHook, CheckpointHook,
+    # StopHook after validation, which a stop request may end part-way (StopHook then checkpoints)
+    assert [type(h) for h in hooks] == [LearningRateHook, EpochSetupHook, MetricLogHook, ValidationHook,
+                                        EarlyStoppingHook, StopHook, CheckpointHook,
                                         FinalModelHook, TensorBoardHook]
     # one checkpoint hook, on the run's checkpoint directory: the epoch's and the stop request's
     checkpoints = hooks[6]
-    assert checkpoints.manager is run.checkpoints and hooks[3].checkpoint_hook is checkpoints
+    assert checkpoints.manager is run.checkpoints and hooks[5].checkpoint_hook is checkpoints
     assert checkpoints.config_dict is run.effective
 
 
 def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkeypatch):
     validated = []
     hooks, network, _, loaders = hooks_for(tmp_path, monkeypatch, make_config(), validated)
-    hooks[4].validate_fn()
+    hooks[3].validate_fn()
     (hybridized, args), = validated
     assert hybridized == [{"static_alloc": False}]  # hybridized once, before validate ran
     family, net, loader, indices, ctx = args[:5]
@@ -360,7 +361,7 @@ def test_validation_hybridizes_the_network_first_then_validates(tmp_path, monkey
     network.net.hybridized.clear()
     hooks, network, _, _ = hooks_for(tmp_path, monkeypatch, make_config(disable_hybridization="true"),
                                      validated)
-    hooks[4].validate_fn()
+    hooks[3].validate_fn()
     assert [hybridized for hybridized, _args in validated] == [[]]
 
 

@@ -44,8 +44,9 @@ def test_score_hybridizes_for_inference_then_scores_every_ranks_detections(monke
     validator, net = a_validator(), Net()
     assert (validator.images, validator.shard) == (5, 3)
     assert validator.score(net) == {"mAP": 0.25}
-    family, scored, loader, indices, ctx, dist, config, datasets, scratch = calls[0]
+    family, scored, loader, indices, ctx, dist, config, datasets, scratch, stop_agreed = calls[0]
     assert (family, scored, loader, indices, ctx) == ("the family", net, "the loader", [0, 2, 4], "ctx")
+    assert stop_agreed is None  # no stop given: validation is never asked to stop
     assert net.hybridized == [True] and os.path.isdir(scratch)
     # the main rank's parameters (batch-norm statistics too) before any rank detects
     assert dist.sent == [{"running_mean": "the statistics"}] and dist is validator.dist

@@ -77,6 +77,13 @@ class ModelError(JobError):
     category = "ModelError"
 
 
+class DiskFullError(JobError):
+    """A file the job writes (a checkpoint, the model, the report, TensorBoard events) did not fit:
+    the disk is full. What was there before it stays as it was."""
+
+    category = "DiskFullError"
+
+
 class EnvironmentCheckError(JobError):
     """The machine cannot run the job as configured (GPU, shared memory, ...)."""
 

@@ -27,6 +27,7 @@ from detector_training.data import formats
 from detector_training.core.checkpoint import CheckpointManager, load_latest, resume_trainer
 from detector_training.core.distributed import init_distributed
 from detector_training.core.engine import Engine
+from detector_training.core.evaluation import Interrupted
 from detector_training.core.hooks import (CheckpointHook, EarlyStoppingHook, EpochSetupHook,
                                           FinalModelHook, LearningRateHook, MetricLogHook, StopHook,
                                           ValidationHook)
@@ -39,7 +40,7 @@ from detector_training.core.solver import init_amp, lr_at, make_trainer
 from detector_training.core.start_model import start_from_channel
 from detector_training.data.loaders import close_loader
 from detector_training.data.samplers import steps_per_epoch
-from detector_training.errors import ConfigError
+from detector_training.errors import ConfigError, DiskFullError
 from detector_training.job import check_data
 from detector_training.job.config_file import load_config
 from detector_training.job.failure import report_failure
@@ -107,7 +108,7 @@ def run_job(config, env, dist, stop):
     effective = dict(effective, short=list(network.train_shorts), test_short=network.test_short,
                      max_size=network.max_size)
     loaders = make_loaders(config, family, network, datasets, world, per_rank_batch, ctx)
-    validator = Validator(family, config, datasets, loaders.val, loaders.val_indices, dist, ctx)
+    validator = Validator(family, config, datasets, loaders.val, loaders.val_indices, dist, ctx, stop.requested)
     try:
         run = RunContext(config=config, env=env, dist=dist, stop=stop, family=family, ctx=ctx,
                          datasets=datasets, network=network, loaders=loaders, validator=validator,
@@ -319,11 +320,11 @@ def make_hooks(run):
         EpochSetupHook(train_data.sampler, train_data.mixup, lambda: hybridize(net, config),
                        family.mixup_draw, family.mixup_loss_weight),
         MetricLogHook(),
-        StopHook(run.stop.requested, checkpoints),
         ValidationHook(validate_now,
                        lambda engine: model_dir.save_best(engine.net, engine.last_validation),
                        scores=family.score_names, objective=family.objective),
         EarlyStoppingHook(family.objective),
+        StopHook(run.stop.requested, checkpoints),  # after validation: it may stop part-way
         checkpoints,
         FinalModelHook(write_final),
         TensorBoardHook(run.env.paths.tensorboard_dir, run.effective),  # last: it writes what they published
@@ -333,11 +334,15 @@ def make_hooks(run):
 def evaluation_report(engine, run, model_path):
     """The best model (its export, run by inference.py as serve runs it) on the validation
     images: core/eval_report.py's pictures and tables into the model directory, published for
-    TensorBoard. A convenience like the report: it never fails a trained job."""
+    TensorBoard. A convenience like the report: it never fails a trained job, but for a full disk
+    (the job's outputs no longer fit); a stop request ends it (the model is written)."""
     config, family, datasets = run.config, run.family, run.datasets
     best = os.path.join(model_path, BEST_PARAMS)
     if datasets.val is None or not os.path.isfile(best):
         LOG.info("evaluation: no report (no validated model)")
+        return
+    if run.stop.requested():
+        LOG.warning("evaluation: no report (a stop was requested; the model is written)")
         return
     scratch = tempfile.mkdtemp(prefix="detector-eval-")
     try:
@@ -350,6 +355,10 @@ def evaluation_report(engine, run, model_path):
         LOG.info("evaluation: the best model on %d validation image(s): mAP %.4f at IoU %.2f; "
                  "pictures and tables in %s", evaluation.images, evaluation.mean_ap, evaluation.iou,
                  model_path)
+    except Interrupted as exc:
+        LOG.warning("evaluation: report not written: %s (the model is written)", exc)
+    except DiskFullError:
+        raise
     except Exception as exc:  # pylint: disable=broad-except
         LOG.warning("evaluation: report not written (%s: %s)", type(exc).__name__, exc)
     finally:

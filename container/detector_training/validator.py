@@ -8,22 +8,28 @@ data, and both reports are drawn the same way.
 and scores them all (core/evaluation.py ``validate``); ``report(model_directory, out_dir)`` loads
 an exported model as ``serve`` loads it (inference.py) and writes core/eval_report.py's pictures
 and tables for the validation images.
+
+Given ``stop`` (this rank's ``requested()``, job/stop.py), a stop request ends either part-way
+(core/evaluation.py Interrupted): validation once every rank agreed, the report at once (the main
+rank writes it alone). A validation longer than the launcher's grace then never costs the job its
+checkpoint, nor a report its model.
 """
 
 import shutil
 import tempfile
 
 from detector_training import inference
-from detector_training.core.evaluation import validate
+from detector_training.core.evaluation import Interrupted, validate
 
 
 class Validator:
     """One rank's validator over ``datasets.val``, read through ``loader`` (this rank's shard:
     the dataset ``indices`` it holds)."""
 
-    def __init__(self, family, config, datasets, loader, indices, dist, ctx):
+    def __init__(self, family, config, datasets, loader, indices, dist, ctx, stop=None):
         self.family, self.config, self.datasets = family, config, datasets
         self.loader, self.indices, self.dist, self.ctx = loader, indices, dist, ctx
+        self.stop = stop
         self._scratch = tempfile.mkdtemp(prefix="detector-val-rank%d-" % dist.world.rank)
 
     @property
@@ -46,15 +52,26 @@ class Validator:
         if not self.config.disable_hybridization:  # the graph for inference inputs
             net.hybridize(static_alloc=self.config.static_alloc)
         return validate(self.family, net, self.loader, self.indices, self.ctx, self.dist,
-                        self.config, self.datasets, self._scratch)
+                        self.config, self.datasets, self._scratch,
+                        self._stop_agreed if self.stop is not None else None)
+
+    def _stop_agreed(self):
+        """Whether any rank was asked to stop (one allreduce: every rank asks together)."""
+        return self.dist.allreduce_sum([1.0 if self.stop() else 0.0])[0] > 0
 
     def report(self, model_directory, out_dir):
         """The exported model in ``model_directory`` (symbol, params, classes.json, config.json),
         loaded as ``serve`` loads it, on the validation images: the evaluation report's pictures
         and tables written into ``out_dir``. Returns (evaluation, pictures, report text)."""
         model = inference.load_model(model_directory, self.ctx)
-        return inference.evaluate(model, inference.dataset_samples(self.datasets.val), out_dir,
-                                  self.datasets.metric.report_ious)
+        return inference.evaluate(model, self._until_stopped(inference.dataset_samples(self.datasets.val)),
+                                  out_dir, self.datasets.metric.report_ious)
+
+    def _until_stopped(self, samples):
+        for done, sample in enumerate(samples):
+            if self.stop is not None and self.stop():
+                raise Interrupted("a stop was requested after %d of %d image(s)" % (done, self.images))
+            yield sample
 
     def close(self):
         shutil.rmtree(self._scratch, ignore_errors=True)

@@ -5,7 +5,7 @@ import pytest
 
 from detector_training.core.checkpoint import CheckpointManager
 from detector_training.core.files import atomic_write_text
-from detector_training.errors import CheckpointError
+from detector_training.errors import CheckpointError, DiskFullError
 
 
 def payload(text):
@@ -93,11 +93,28 @@ def test_a_failing_writer_leaves_the_previous_checkpoint_intact(tmp_path):
             handle.write("partial")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(CheckpointError) as err:
+    with pytest.raises(DiskFullError) as err:
         m.save(2, {"epoch": 2}, broken)
-    assert "No space left" in str(err.value)
+    assert "checkpoint ckpt-00000002 in %s could not be written (No space left on device); the previous " \
+           "checkpoint ckpt-00000001 is kept" % tmp_path in str(err.value)
     assert m.latest()[1]["epoch"] == 1
     assert sorted(os.listdir(tmp_path)) == ["ckpt-00000001", "latest"]
+
+
+def test_a_writer_that_fails_otherwise_leaves_nothing_behind(tmp_path):
+    m = CheckpointManager(str(tmp_path), keep=5)
+    m.save(1, {"epoch": 1}, payload("a"))
+
+    def broken(tmp):
+        with open(os.path.join(tmp, "model.params"), "w") as handle:
+            handle.write("partial")
+        raise RuntimeError("a writer's own error (MXNet's are not OSErrors)")
+
+    with pytest.raises(RuntimeError):
+        m.save(2, {"epoch": 2}, broken)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-00000001", "latest"]
+    with pytest.raises(CheckpointError, match="could not write checkpoint ckpt-00000003 .*Permission denied"):
+        m.save(3, {"epoch": 3}, lambda tmp: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
 
 
 def test_saving_the_same_epoch_again_replaces_it(tmp_path):

@@ -95,3 +95,22 @@ def test_overlap_threshold_moves_the_voc_maps_iou_and_ap50_stays_at_half(tmp_pat
     at_07 = score_boxes(Data(), gathered, str(tmp_path), overlap_threshold=0.7)
     assert at_half["mAP"] == pytest.approx(1.0) and at_half["AP50"] == pytest.approx(1.0)
     assert at_07["mAP"] == pytest.approx(0.0) and at_07["AP50"] == pytest.approx(1.0)
+
+
+def test_a_stoppable_shard_asks_as_often_on_every_rank_and_stops_them_together():
+    """The stop question is a collective: a rank with a smaller shard (or a pass its consumer
+    left early) asks the rest at the end, so every rank asks passes x rounds times."""
+    from detector_training.core.evaluation import Interrupted, StoppableShard
+
+    asked = []
+    shard = StoppableShard([["a"], ["b"]], 3, lambda: asked.append(1) or False)  # 2 of the largest shard's 3
+    assert list(shard) == [["a"], ["b"]]
+    for _batch in shard:  # a second pass, left after one batch
+        break
+    shard.pad()
+    assert len(asked) == 2 * 3
+
+    answers = iter([False, True])
+    shard = StoppableShard([["a"], ["b"], ["c"]], 3, lambda: next(answers))
+    with pytest.raises(Interrupted, match="after 1 image"):
+        list(shard)

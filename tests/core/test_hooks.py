@@ -169,3 +169,44 @@ def test_stop_mid_epoch_checkpoints_and_resume_finishes_the_same_steps(tmp_path)
     second.run()
     assert second.completed and second.global_step == 12 and finals == [12]
     assert second.step.calls == [3, 4, 1, 2, 3, 4]  # the rest of epoch 1, then epoch 2
+
+
+def test_a_stop_during_validation_checkpoints_the_epochs_end_and_the_next_run_validates_it_first(tmp_path):
+    """Validation stopped part-way (core/evaluation.py Interrupted, every rank together): the
+    checkpoint sits at the end of the epoch's steps, with the epoch's summary; the next run runs
+    no step of that epoch, validates it, and goes on. Nothing twice in the history."""
+    from detector_training.core.evaluation import Interrupted
+
+    manager = CheckpointManager(str(tmp_path / "ckpt"))
+    validated, stop = [], {"now": False}
+
+    def validate():
+        if stop["now"]:
+            raise Interrupted("a stop was requested after 1 image(s) of this rank's validation shard")
+        validated.append(True)
+        return {"mAP": 0.5, "AP50": 0.5, "per_class": {"a": 0.5}, "images": 1}
+
+    class SigtermInEpoch0sLastStep(Hook):
+        def after_step(self, engine):
+            stop["now"] = stop["now"] or (engine.epoch, engine.iteration) == (0, STEPS - 1)
+
+    def hooks(loader):
+        checkpoints = CheckpointHook(manager, {})
+        return [EpochSetupHook(loader, None, lambda: None), SigtermInEpoch0sLastStep(), MetricLogHook(),
+                ValidationHook(validate, lambda engine: None),
+                StopHook(lambda: stop["now"], checkpoints), checkpoints]
+
+    loader = Batches()
+    first = make_engine(tmp_path, hooks(loader), epochs=2, loader=loader)
+    first.run()
+    assert first.stopped and not first.completed and validated == []
+    resume = load_latest(manager, tiny_net(), mx.cpu())
+    assert (resume.position.epoch, resume.position.iteration, resume.position.global_step) == (0, STEPS, STEPS)
+    assert [r["epoch"] for r in resume.position.history] == [0] and "mAP" not in resume.position.history[0]
+
+    stop["now"] = False
+    loader = Batches()
+    second = make_engine(tmp_path, hooks(loader), epochs=2, position=resume.position, loader=loader)
+    second.run()
+    assert second.completed and second.global_step == 2 * STEPS and validated == [True, True]
+    assert [r["epoch"] for r in second.history] == [0, 1] and all(r["mAP"] == 0.5 for r in second.history)

@@ -44,8 +44,10 @@ def test_model_directory_holds_every_file_of_a_finished_job(tmp_path):
                      "config.json", "history.json", "validation.json", "model-symbol.json",
                      "training_curves.png", "per_class_ap.md", "per_class_ap.csv"}
     assert not [n for n in names if n.startswith(".tmp")]
-    assert family.exported == (str(tmp_path / "model" / "model.params"),
-                               str(tmp_path / "model" / "model"), {"k": 1})
+    params, prefix, fitted = family.exported  # exported beside the model, then renamed into it
+    assert (params, fitted) == (str(tmp_path / "model" / "model.params"), {"k": 1})
+    assert os.path.basename(prefix) == "model" and os.path.dirname(os.path.dirname(prefix)) == str(tmp_path / "model")
+    assert json.load(open(tmp_path / "model" / "model-symbol.json")) == {}
 
 
 

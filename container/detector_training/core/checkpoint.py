@@ -10,7 +10,8 @@ Layout under the checkpoint directory::
                         checkpoint (stop, spot interruption) and an end-of-epoch one never collide
     latest              the name of the newest complete checkpoint, written last
 
-Each checkpoint is written into a temporary directory and renamed into place; ``latest`` is
+Each checkpoint is written into a temporary directory, its files flushed to disk, and renamed
+into place (a stop or a crash mid-write leaves the temporary directory, never a torn checkpoint); ``latest`` is
 replaced atomically afterwards. Resume reads ``latest`` and falls back to the newest complete
 directory when the pointer is missing or names something incomplete. Anything else in the
 directory (SageMaker's ``*.sagemaker-uploading`` files, temporary directories) is ignored.
@@ -26,7 +27,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from detector_training.core.files import atomic_write_text, fsync_dir, read_json
+from detector_training.core.files import (atomic_write_text, disk_full_error, fsync_dir, full_disk, read_json,
+                                         sync_file)
 from detector_training.core.networks import load_parameters
 from detector_training.errors import CheckpointError, one_line
 
@@ -54,13 +56,19 @@ class CheckpointManager:
 
     def save(self, number, state, write_files):
         """Write checkpoint ``number`` (the global step). ``write_files(tmpdir)`` writes the
-        payload files; ``state`` (JSON-able) is completed with the file sizes and written last."""
-        os.makedirs(self.directory, exist_ok=True)
+        payload files; ``state`` (JSON-able) is completed with the file sizes and written last.
+        Every file is on disk before the rename makes the checkpoint complete. A full disk is a
+        DiskFullError, any other failure to write a CheckpointError; the checkpoints before it
+        stay as they were."""
         name = self.name(number)
-        tmp = tempfile.mkdtemp(prefix=".tmp-%s-" % name, dir=self.directory)
+        tmp = None
         try:
+            os.makedirs(self.directory, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=".tmp-%s-" % name, dir=self.directory)
             write_files(tmp)
             files = {f: os.path.getsize(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp))}
+            for f in files:
+                sync_file(os.path.join(tmp, f))
             record = dict(state, name=name, files=files)
             with open(os.path.join(tmp, STATE), "w") as handle:
                 json.dump(record, handle, indent=1, sort_keys=True)
@@ -75,10 +83,18 @@ class CheckpointManager:
             else:
                 os.rename(tmp, final)
             fsync_dir(self.directory)
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError("could not write checkpoint %s in %s: %s" % (name, self.directory, exc),
-                                  "check free disk space and permissions of the checkpoint directory.") from exc
+        except BaseException as exc:
+            code = full_disk(exc, self.directory)
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if code:
+                previous = self.complete_names()
+                raise disk_full_error("checkpoint %s in %s" % (name, self.directory), code,
+                                      "the previous checkpoint %s" % previous[-1] if previous else None) from exc
+            if isinstance(exc, OSError):
+                raise CheckpointError("could not write checkpoint %s in %s: %s" % (name, self.directory, exc),
+                                      "check the permissions of the checkpoint directory.") from exc
+            raise
         atomic_write_text(self._path(POINTER), name + "\n")
         self.prune()
         return final

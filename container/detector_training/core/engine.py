@@ -106,8 +106,11 @@ class Engine:
         self.epoch = self.start_epoch = position.epoch
         self.global_step = self.start_global_step = position.global_step
         self.iteration = 0
-        self.start_iteration = position.iteration  # > 0 only when resuming a stopped epoch
-        self.stopped = False  # a stop was agreed by all ranks; the loop ends after this step
+        # > 0 only when resuming a stopped epoch; ``steps`` when its steps all ran (its validation
+        # was stopped): the epoch's end runs again, without steps.
+        self.start_iteration = position.iteration
+        self.epoch_first_iteration = 0  # where this run began the current epoch
+        self.stopped = False  # a stop was agreed by all ranks; the loop ends after this step (or epoch end)
         # Set by EarlyStoppingHook when all ranks agreed: this epoch is the last, and the run counts
         # as completed. {'epoch', 'best_epoch', 'best', 'objective', 'reason', ...}.
         self.early_stop = None
@@ -148,8 +151,9 @@ class Engine:
             while self.epoch < self.config.epochs:
                 self._call("before_epoch")
                 self.times = StepTimes()
-                batches = iter(self.loader)
                 first, self.start_iteration = self.start_iteration, 0
+                self.epoch_first_iteration = first
+                batches = iter(self.loader) if first < self.steps else iter(())
                 for self.iteration in range(first, self.steps):
                     waited = time.perf_counter()
                     batch = next(batches)
@@ -170,6 +174,8 @@ class Engine:
                     if self.stopped:
                         return
                 self._call("after_epoch")
+                if self.stopped:  # validation stopped part-way, or a stop at the epoch's end
+                    return
                 if self.early_stop is not None:
                     break
                 self.epoch += 1

@@ -6,6 +6,10 @@ scored on every rank (the family's ``evaluate``), so every rank ends with the sa
 rank waits alone. Box detectors gather raw detections and score them with a fresh GluonCV metric
 (``score_boxes``); ``image_masks`` turns predicted masks into COCO's RLE for the families and
 tools that predict masks.
+
+A stop request (SIGTERM) may end validation part-way: ``validate`` given ``stop_agreed`` (a
+collective: true on every rank once any rank was asked to stop) asks it before each image, every
+rank the same number of times, and raises :class:`Interrupted` on every rank together.
 """
 
 import contextlib
@@ -165,11 +169,51 @@ def image_masks(masks, boxes, width, height):
             for rle in cocomask.encode(np.asfortranarray(full.transpose((1, 2, 0))))]
 
 
-def validate(family, net, loader, indices, ctx, dist, config, datasets, scratch_dir):
+class Interrupted(Exception):
+    """A stop request ended validation (or the evaluation report) part-way."""
+
+
+class StoppableShard:
+    """A rank's validation loader (one image a batch) that asks ``stop_agreed()`` before each
+    batch and raises Interrupted once it is true. ``stop_agreed`` is a collective, so every rank
+    must ask it as often as the others: ``rounds`` times (the largest shard's length) per pass
+    over the loader (a family may pass twice); ``pad`` asks the rest once detection is done (a
+    smaller shard, or a pass its consumer did not finish)."""
+
+    def __init__(self, loader, rounds, stop_agreed):
+        self.loader, self.rounds, self.stop_agreed = loader, rounds, stop_agreed
+        self.passes = self.asked = 0
+        self.images = 0  # the first pass's, for the log
+
+    def _ask(self):
+        self.asked += 1
+        if self.stop_agreed():
+            raise Interrupted("a stop was requested after %d image(s) of this rank's validation shard"
+                              % self.images)
+
+    def __iter__(self):
+        self.passes += 1
+        for batch in self.loader:
+            self._ask()
+            if self.passes == 1:
+                self.images += 1
+            yield batch
+
+    def pad(self):
+        while self.asked < self.passes * self.rounds:
+            self._ask()
+
+
+def validate(family, net, loader, indices, ctx, dist, config, datasets, scratch_dir, stop_agreed=None):
     """Each rank detects its shard, the detections are allgathered (one collective, reached by
     every rank), and every rank scores them all. Returns {'mAP', 'AP50', 'per_class', 'images',
-    ...the family's extra scores}."""
+    ...the family's extra scores}. With ``stop_agreed`` (see StoppableShard), a stop request
+    raises Interrupted on every rank before the detections are gathered."""
+    if stop_agreed is not None:
+        loader = StoppableShard(loader, len(range(0, len(datasets.val), dist.world.size)), stop_agreed)
     local = family.detect(net, loader, indices, ctx, datasets)
+    if stop_agreed is not None:
+        loader.pad()
     gathered = dist.allgather_object(local, "detections")
     result = family.evaluate(config, datasets, gathered, scratch_dir)
     result["images"] = sum(len(r) for r in gathered)

@@ -6,13 +6,20 @@ data-fetch completion marker, prediction pictures) goes through :func:`atomic_wr
 are written to a temporary file beside the target, flushed to disk and renamed over it.
 """
 
+import errno
 import json
 import math
 import os
+import shutil
 import stat
 import tempfile
 
-from detector_training.errors import DataError
+from detector_training.errors import DataError, DiskFullError
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_FIX = ("give the job more disk: a larger storage volume (the estimator's volume_size, SageMaker's "
+                 "VolumeSizeInGB), or fewer checkpoints kept (keep_checkpoints).")
+_PROBE_BYTES = 1 << 16
 
 
 def fsync_dir(path):
@@ -29,24 +36,95 @@ def fsync_dir(path):
         os.close(fd)
 
 
+def full_disk(exc, directory):
+    """The errno (ENOSPC, EDQUOT) when the failed write ``exc`` into ``directory`` met a full disk,
+    else None: the exception's own errno, or, for a writer that gives none (MXNet's
+    ``save_parameters`` fails with 'Write incomplete'), a probe: no room left there for 64 KiB.
+    Call it before removing what the failed write left (that frees the space again)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno if exc.errno in FULL_ERRNOS else None
+    if not isinstance(exc, Exception):
+        return None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=directory)
+    except OSError as err:
+        return err.errno if err.errno in FULL_ERRNOS else None
+    try:
+        os.posix_fallocate(fd, 0, _PROBE_BYTES)
+        return None
+    except OSError as err:
+        if err.errno in FULL_ERRNOS:
+            return err.errno
+        # A file system without fallocate: ask for its free space instead.
+        return errno.ENOSPC if shutil.disk_usage(directory).free < _PROBE_BYTES else None
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def disk_full_error(path, code, kept=None):
+    """The DiskFullError for ``path`` that did not fit (``code``: what ``full_disk`` returned);
+    ``kept``: what stays in its place, for the message."""
+    return DiskFullError("the disk is full: %s could not be written (%s)%s." % (
+        path, os.strerror(code), "; %s is kept" % kept if kept else ""), DISK_FULL_FIX)
+
+
+def sync_file(path):
+    """Flush ``path``'s data to disk (before a rename makes it part of something complete)."""
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
 def atomic_save(path, save):
     """Create ``path`` so readers see the old file or the new one, never a partial one:
     ``save(tmp_path)`` writes a temporary file beside ``path`` (by name, as MXNet's
-    ``save_parameters`` does), which is flushed to disk and renamed over ``path`` (mode 0644)."""
+    ``save_parameters`` does), which is flushed to disk and renamed over ``path`` (mode 0644).
+    A full disk is a DiskFullError naming ``path`` (the old file, if any, stays)."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    os.close(fd)
+    tmp = None
     try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        os.close(fd)
         save(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
+        sync_file(tmp)
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; model files are read by other users/tools
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        code = full_disk(exc, directory)
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
+        if code:
+            raise disk_full_error(path, code, "the earlier file" if os.path.exists(path) else None) from exc
         raise
+    fsync_dir(directory)
+
+
+def atomic_save_prefix(prefix, save):
+    """:func:`atomic_save` for a writer of several files by one name prefix (a family's export:
+    ``<prefix>-symbol.json`` and ``<prefix>-0000.params``): ``save(tmp_prefix)`` writes them into
+    a temporary folder beside them; each is flushed to disk and renamed into place. A stop or a
+    crash part-way leaves whole files, never a torn one; a full disk is a DiskFullError."""
+    directory = os.path.dirname(os.path.abspath(prefix))
+    tmp = None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=directory)
+        save(os.path.join(tmp, os.path.basename(prefix)))
+        names = sorted(os.listdir(tmp))
+        for name in names:
+            sync_file(os.path.join(tmp, name))
+            os.chmod(os.path.join(tmp, name), 0o644)
+        for name in names:
+            os.replace(os.path.join(tmp, name), os.path.join(directory, name))
+    except BaseException as exc:
+        code = full_disk(exc, directory)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if code:
+            raise disk_full_error(os.path.abspath(prefix) + "-*", code) from exc
+        raise
+    os.rmdir(tmp)
     fsync_dir(directory)
 
 

@@ -1,6 +1,6 @@
 """The hooks of the training loop (core/engine.py), in the order the job runs them (main.make_hooks):
-learning rate, epoch set-up (sampler epoch, mixup), metric logging, stop requests, validation,
-early stopping, checkpointing, the final model; TensorBoard's writer (core/tensorboard_events.py)
+learning rate, epoch set-up (sampler epoch, mixup), metric logging, validation, early stopping,
+stop requests, checkpointing, the final model; TensorBoard's writer (core/tensorboard_events.py)
 after them.
 
 Hooks that write files do so on the main rank only, and say so once (``main_only``); hooks that
@@ -15,6 +15,7 @@ import time
 
 from detector_training.core.checkpoint import save_checkpoint
 from detector_training.core.engine import Hook, MetricSums
+from detector_training.core.evaluation import Interrupted
 from detector_training.errors import JobError
 
 LOG = logging.getLogger("detector_training")
@@ -100,6 +101,8 @@ class MetricLogHook(Hook):
             self.window_wait = engine.times.data_wait
 
     def after_epoch(self, engine):
+        if engine.epoch_first_iteration >= engine.steps:
+            return  # its steps and this summary (in the history) were an earlier run's: it only validates
         totals = engine.dist.allreduce_sum(engine.sums.flat(engine.log_names))
         values = MetricSums.values_from_flat(engine.log_names, totals)
         elapsed = max(time.time() - self.epoch_start, 1e-9)
@@ -129,7 +132,9 @@ class ValidationHook(Hook):
     """Every val_interval epochs and after the last: all ranks validate their shard together.
 
     ``scores``: the family's validation scores, logged in that order and kept in the history;
-    ``objective``: the one a new best model is chosen by."""
+    ``objective``: the one a new best model is chosen by. A stop request part-way (``validate_fn``
+    raises core/evaluation.py Interrupted on every rank) stops the run: StopHook checkpoints it so
+    that the next run validates this epoch first."""
 
     def __init__(self, validate_fn, save_best_fn, scores=("mAP", "AP50"), objective="mAP"):
         self.validate_fn = validate_fn  # () -> {'mAP', 'AP50', 'per_class', 'images', ...}
@@ -141,7 +146,15 @@ class ValidationHook(Hook):
         if not every(engine.config.val_interval, engine.epoch, engine.last_epoch):
             return
         start = time.time()
-        result = self.validate_fn()
+        if engine.world.is_main:
+            LOG.info("validation: epoch=%d started", engine.epoch)
+        try:
+            result = self.validate_fn()
+        except Interrupted as exc:
+            engine.stopped = True
+            if engine.world.is_main:
+                LOG.warning("validation: epoch=%d stopped after %.1fs: %s", engine.epoch, time.time() - start, exc)
+            return
         result["epoch"] = engine.epoch
         engine.last_validation = result
         engine.history[-1].update((name, result[name]) for name in self.scores)
@@ -234,36 +247,53 @@ class CheckpointHook(Hook):
                                engine.position(next_epoch, next_iteration), self.config_dict)
 
     def after_epoch(self, engine):
+        if engine.stopped:  # StopHook saved where the stopped run resumes
+            return
         if every(engine.config.save_interval, engine.epoch, engine.last_epoch):
             self.save(engine, engine.epoch + 1, 0)
 
 
 class StopHook(Hook):
-    """A stop request (SIGTERM: job stopped, spot interruption) ends the job at a step boundary.
+    """A stop request (SIGTERM: job stopped, spot interruption) ends the job at a step boundary,
+    or at the end of an epoch's steps.
 
     Each rank reads its request (``requested()``: a signal seen by this process, or the host's
     stop file written by the launcher); the ranks agree with one allreduce per step, so every
     rank stops after the same step. The main rank then writes a complete mid-epoch checkpoint
-    that the next run resumes from (same epoch, next iteration).
+    that the next run resumes from (same epoch, next iteration). The last step of an epoch leaves
+    the request to the epoch's end, so the epoch keeps its validation: validation stops part-way
+    on it (ValidationHook), and then the checkpoint sits at the end of the epoch's steps (the next
+    run validates it first); without validation (or after it) the next run starts the next epoch.
+    The run's last epoch, validated, goes on to write the model.
     """
 
     def __init__(self, requested, checkpoint_hook):
         self.requested = requested
         self.checkpoint_hook = checkpoint_hook
 
-    def after_step(self, engine):
+    def _agreed(self, engine):
         local = 1.0 if self.requested() else 0.0
-        if engine.dist.allreduce_sum([local])[0] <= 0:
-            return
+        return engine.dist.allreduce_sum([local])[0] > 0
+
+    def _save(self, engine, next_epoch, next_iteration, where):
         engine.stopped = True
-        next_epoch, next_iteration = engine.epoch, engine.iteration + 1
-        if next_iteration >= engine.steps:
-            next_epoch, next_iteration = engine.epoch + 1, 0
         if engine.world.is_main:
-            LOG.warning("stop requested: saving a checkpoint at epoch %d, iteration %d", engine.epoch,
-                        engine.iteration)
+            LOG.warning("stop requested: saving a checkpoint at %s", where)
             self.checkpoint_hook.save(engine, next_epoch, next_iteration)
         engine.dist.barrier()  # no rank exits before the checkpoint is complete
+
+    def after_step(self, engine):
+        if engine.iteration + 1 >= engine.steps or not self._agreed(engine):
+            return
+        self._save(engine, engine.epoch, engine.iteration + 1,
+                   "epoch %d, iteration %d" % (engine.epoch, engine.iteration))
+
+    def after_epoch(self, engine):
+        if engine.stopped:
+            self._save(engine, engine.epoch, engine.steps, "epoch %d, its steps done and its validation "
+                       "stopped: the next run validates it first" % engine.epoch)
+        elif not engine.last_epoch and self._agreed(engine):
+            self._save(engine, engine.epoch + 1, 0, "the end of epoch %d" % engine.epoch)
 
 
 class FinalModelHook(Hook):

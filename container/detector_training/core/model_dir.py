@@ -1,7 +1,8 @@
 """The model directory (``/opt/ml/model``, tarred by SageMaker into ``model.tar.gz``): its layout
 and limits, written here and read here.
 
-Written by the main rank, each file atomically:
+Written by the main rank, each file atomically (the export's two files too), a full disk a
+DiskFullError naming the file:
 
 * while training: ``model-best.params`` and ``validation-best.json`` at each new best mAP;
 * after a completed run: ``model.params`` (final; after early stopping the best, with
@@ -28,8 +29,8 @@ import re
 from dataclasses import dataclass
 
 from detector_training.core import archive
-from detector_training.core.files import atomic_save, json_preview, read_json, write_json
-from detector_training.errors import ModelError
+from detector_training.core.files import atomic_save, atomic_save_prefix, json_preview, read_json, write_json
+from detector_training.errors import DiskFullError, ModelError
 
 LOG = logging.getLogger("detector_training")
 
@@ -95,12 +96,15 @@ class ModelDirectory:
             write_json(self._file(VALIDATION_FILE), validation)
         if stopped is not None:
             write_json(self._file(STOPPED_FILE), stopped)
-        family.export(config, classes, self._file(FINAL_PARAMS), self._file(EXPORT_PREFIX), fitted)
+        atomic_save_prefix(self._file(EXPORT_PREFIX),
+                           lambda prefix: family.export(config, classes, self._file(FINAL_PARAMS), prefix, fitted))
         from detector_training.core.report import write_report
 
         try:
             write_report(self.path, history, validation, list(classes), family.loss_names,
                          family.report_columns)
+        except DiskFullError:  # not the report's fault: the job's outputs no longer fit
+            raise
         except Exception as exc:  # the report is a convenience: it must never fail a trained job
             LOG.warning("report: not written (%s: %s)", type(exc).__name__, exc)
         LOG.info("model: written to %s", self.path)
