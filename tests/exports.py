@@ -5,9 +5,10 @@ CVAT's "Pascal VOC 1.1", Roboflow's "Pascal VOC" and "YOLOv8", and an Ultralytic
 The photos are generated (shapes on textured backgrounds: ``synthetic_voc.make_image``); the file
 and folder names, the annotation text and its quirks are the tools' own: labelImg's absolute
 ``<path>`` from the labeller's machine, tab indentation, 1-based integer corners clamped to 1, and
-``<depth>1</depth>`` for a grey photo; CVAT's decimals, its nested ``<source><annotation>``, its
-``labelmap.txt`` with a comment line and ``background`` and its per-label subset files;
-Roboflow's ``<stem>_<ext>.rf.<hash>.<ext>`` names and its xmin, xmax, ymin, ymax order; YOLO's
+``<depth>1</depth>`` for a grey photo; CVAT's float edges, its nested ``<source><annotation>``,
+its ``labelmap.txt`` with a comment line, ``background`` and VOC colormap colours, its per-label
+lists for tags (tests/samples/ holds what each tool writes; tests/data/test_tool_samples.py checks
+these writers against it); Roboflow's ``<stem>_<ext>.rf.<hash>.<ext>`` names and its xmin, xmax, ymin, ymax order; YOLO's
 fractions, Roboflow's ``../train/images`` paths and an Ultralytics ``path`` that is not here.
 """
 
