@@ -14,12 +14,18 @@ The two datasets: ``demo`` is what ``make run`` trains on (circles, squares, tri
 colours, square boxes of 1/5 to 1/2 of the shorter image side); ``other`` has ellipses, crosses
 and diamonds from a fixed palette, smaller (1/8 to 1/3) and elongated boxes, up to 4 objects.
 
+With ``--real`` it trains instead on the three real exports of ../shared/data/real-exports/
+(labelImg VOC, Roboflow COCO, Roboflow YOLOv5, REAL_EXPORTS), each as its tool wrote it, with each
+family's demo recipe less its ``dataset`` (the job recognises the format): the held-out AP50 on
+the export's own validation split (``real.json``).
+
 With ``--floors`` it measures instead each family's CI floor recipe (FLOORS, what
 tests/end_to_end/test_learning_floors.py runs) over the seeds: the scores, the first and last
 epoch's training loss, and the worst seed against the floor (``floors.json``).
 
 Usage: python benchmarks/learning.py [--seeds 3] [--families faster_rcnn,yolo3,ssd,mask_rcnn]
        [--datasets demo,other] [--epochs N] [--output out/bench-learning] [--floors]
+       [--real [--exports raccoon-labelimg-voc,foosball-roboflow-coco,aquarium-roboflow-yolov5]]
 """
 
 import argparse
@@ -30,6 +36,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 
 from detector_training import families
@@ -70,15 +77,23 @@ def recipe(family, epochs=0):
     return dict(hyperparameters, epochs=str(epochs)) if epochs else hyperparameters
 
 
-def run_job(base, family, hyperparameters, images, style, seed):
-    """One job of ``hyperparameters`` on a fresh generated dataset (``images``, in ``style``,
-    drawn by ``seed``) under ``base``, run as ``detector-train-job`` in a fresh process: its
-    scores and curves, the summed training loss of its first and last epoch, and its seconds.
-    A failed job raises RuntimeError naming its log."""
+def generated(hyperparameters, images, style, seed):
+    """Lays out a fresh generated dataset (``images``, in ``style``, drawn by ``seed``) in the
+    channel of ``hyperparameters``' dataset, with the job's config."""
+    def lay_out(base):
+        GENERATORS[hyperparameters["dataset"]](base, style, seed, images)
+        prepare_run_tree(base, hyperparameters)  # the data is there already: writes the config
+    return lay_out
+
+
+def run_job(base, family, hyperparameters, lay_out, seed):
+    """One job of ``hyperparameters`` on the data ``lay_out(base)`` puts under ``base``, run as
+    ``detector-train-job`` in a fresh process: its scores and curves, the summed training loss
+    of its first and last epoch, and its seconds. A failed job raises RuntimeError naming its
+    log."""
     if os.path.isdir(base):
         shutil.rmtree(base)
-    GENERATORS[hyperparameters["dataset"]](base, style, seed, images)
-    prepare_run_tree(base, hyperparameters)  # the data is there already: writes the config
+    lay_out(base)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with open(os.path.join(base, "job.log"), "w") as log:
@@ -95,7 +110,9 @@ def run_job(base, family, hyperparameters, images, style, seed):
         final = json.load(handle)
     with open(os.path.join(base, "model", "history.json")) as handle:
         history = json.load(handle)
-    run = {"family": family, "seed": seed, "network": FAMILIES[family],
+    with open(os.path.join(base, "model", "config.json")) as handle:
+        recognised = json.load(handle)["dataset"]
+    run = {"family": family, "seed": seed, "network": FAMILIES[family], "format": recognised,
            "epochs": int(hyperparameters["epochs"])}
     for score in SCORES:
         if score in final:
@@ -117,7 +134,8 @@ def run_one(base, family, dataset, seed, args):
         images = dict(n_train=args.images - args.images // 3, n_train_2012=args.images // 3,
                       n_test=args.test_images or args.images)
     try:
-        run = run_job(base, family, hyperparameters, images, DATASETS[dataset], seed)
+        run = run_job(base, family, hyperparameters,
+                      generated(hyperparameters, images, DATASETS[dataset], seed), seed)
     except RuntimeError as error:
         raise SystemExit(str(error))
     return dict(run, dataset=dataset)
@@ -153,8 +171,10 @@ def floor_recipe(family, seed=FLOOR_SEED):
 
 def run_floor(base, family, seed=FLOOR_SEED):
     """One job of the family's floor recipe on its generated data (demo style), under ``base``."""
-    return run_job(base, family, floor_recipe(family, seed), FLOORS[family]["images"],
-                   DATASETS[FLOORS[family]["style"]], seed)
+    hyperparameters = floor_recipe(family, seed)
+    return run_job(base, family, hyperparameters,
+                   generated(hyperparameters, FLOORS[family]["images"],
+                             DATASETS[FLOORS[family]["style"]], seed), seed)
 
 
 def measure_floors(args):
@@ -186,6 +206,83 @@ def measure_floors(args):
     with open(path, "w") as handle:
         json.dump({"recipes": {f: floor_recipe(f) for f in args.families.split(",")},
                    "floors": FLOORS, "cores": os.cpu_count(), "runs": runs}, handle, indent=1)
+    print("written: %s" % path)
+
+
+# Real exports: labelled photos exactly as their tools wrote them (../shared/data/real-exports/,
+# read from there, never copied into the project), each unpacked into the 'train' channel with no
+# `dataset` hyperparameter: the job recognises the format and the classes, and validates on the
+# split the export gives (raccoon has none: the job carves its default tenth). ``--real`` runs
+# each family's demo recipe on each of them. Name -> the format the job must recognise.
+REAL_EXPORTS_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                 "shared", "data", "real-exports"))
+REAL_EXPORTS = {"raccoon-labelimg-voc": "custom", "foosball-roboflow-coco": "coco",
+                "aquarium-roboflow-yolov5": "yolo"}
+
+
+def real_export(name, base):
+    """Lays out the real export ``name`` (its tar, unpacked with tarfile's data filter) in the
+    'train' channel under ``base``; SystemExit naming the path where it is absent."""
+    path = os.path.join(REAL_EXPORTS_DIR, name + ".tar")
+    if not os.path.isfile(path):
+        raise SystemExit("the real export %s is not here: the real-data rows read it from "
+                         "../shared/data/real-exports/ beside the clone" % path)
+    with tarfile.open(path) as tar:
+        tar.extractall(os.path.join(base, "input", "data", "train"), filter="data")
+
+
+def real_recipe(family, epochs=0):
+    """The family's demo recipe for a real export: no `dataset` (the channel's content names it)."""
+    return {k: v for k, v in recipe(family, epochs).items() if k != "dataset"}
+
+
+def run_real(base, family, name, seed, epochs=0):
+    """One job of the family's demo recipe on the real export ``name``, seeded ``seed``."""
+    hyperparameters = dict(real_recipe(family, epochs), seed=str(seed))
+
+    def lay_out(job_base):
+        real_export(name, job_base)
+        config_dir = os.path.join(job_base, "input", "config")
+        os.makedirs(config_dir, exist_ok=True)
+        with open(os.path.join(config_dir, "hyperparameters.json"), "w") as handle:
+            json.dump(hyperparameters, handle, indent=1)
+
+    run = run_job(base, family, hyperparameters, lay_out, seed)
+    if run["format"] != REAL_EXPORTS[name]:
+        raise SystemExit("%s was read as dataset=%s, not %s" % (name, run["format"], REAL_EXPORTS[name]))
+    return dict(run, dataset=name)
+
+
+def measure_real(args):
+    """``--real``: each family's demo recipe (``--epochs`` shortens it) on each real export over
+    seeds 1..N; a table of the held-out AP50 and the seconds, and ``real.json``."""
+    runs = []
+    names = args.exports.split(",")
+    for family in args.families.split(","):
+        for name in names:
+            for seed in range(1, args.seeds + 1):
+                base = os.path.abspath(os.path.join(args.output, "real", family, name, "seed%d" % seed))
+                run = run_real(base, family, name, seed, args.epochs)
+                print("%-12s %-26s seed %d: AP50 %.4f (curve %s) cpu %.0f s wall %.0f s" % (
+                    family, name, seed, run["AP50"], run["AP50_curve"], run["cpu_s"],
+                    run["wall_s"]), flush=True)
+                runs.append(run)
+    print("\n| real export (dataset=) | family (network) | median held-out box AP50 (%d seed(s)) "
+          "| per seed | epochs | median CPU s / wall s |" % args.seeds)
+    print("|---|---|---|---|---|---|")
+    for family in args.families.split(","):
+        for name in names:
+            mine = [r for r in runs if r["family"] == family and r["dataset"] == name]
+            print("| %s (%s) | %s (`%s`) | **%.3f** | %s | %d | %.0f / %.0f |" % (
+                name, REAL_EXPORTS[name], family, FAMILIES[family],
+                statistics.median(r["AP50"] for r in mine), ", ".join("%.3f" % r["AP50"] for r in mine),
+                mine[0]["epochs"], statistics.median(r["cpu_s"] for r in mine),
+                statistics.median(r["wall_s"] for r in mine)))
+    os.makedirs(args.output, exist_ok=True)
+    path = os.path.join(args.output, "real.json")
+    with open(path, "w") as handle:
+        json.dump({"recipes": {f: real_recipe(f, args.epochs) for f in args.families.split(",")},
+                   "cores": os.cpu_count(), "runs": runs}, handle, indent=1)
     print("written: %s" % path)
 
 
@@ -226,9 +323,15 @@ def main(argv=None):
     parser.add_argument("--output", default="out/bench-learning", help="job trees and learning.json")
     parser.add_argument("--floors", action="store_true",
                         help="measure each family's CI floor recipe (FLOORS) over the seeds instead")
+    parser.add_argument("--real", action="store_true",
+                        help="train on each real export in ../shared/data/real-exports instead")
+    parser.add_argument("--exports", default=",".join(REAL_EXPORTS),
+                        help="with --real: comma-separated real exports")
     args = parser.parse_args(argv)
     if args.floors:
         return measure_floors(args)
+    if args.real:
+        return measure_real(args)
     runs = []
     for family in args.families.split(","):
         for dataset in args.datasets.split(","):

@@ -51,10 +51,15 @@ def write_image(path, size=(64, 48), mode="RGB", seed=0):
     return path
 
 
-def write_json(path, value, indent=None):
+def write_json(path, value, indent=None, compact=False):
+    """``value`` as JSON; ``compact``: orjson's bytes (no spaces, UTF-8, no final newline), as
+    datumaro's ``dump_json_file`` writes CVAT's exports."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as handle:
-        json.dump(value, handle, indent=indent)
+    with open(path, "w", encoding="utf-8") as handle:
+        if compact:
+            handle.write(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+        else:
+            json.dump(value, handle, indent=indent)
     return path
 
 
@@ -112,10 +117,16 @@ def detection_label(boxes, size, header_width=2, extra=()):
 
 
 def write_lst(path, entries):
-    """im2rec's .lst: ``index <TAB> label numbers... <TAB> relative image path`` per line."""
+    """im2rec's .lst: ``index <TAB> label numbers... <TAB> relative image path`` per line, the
+    numbers as GluonCV's tutorial ``write_line`` writes them (dmlc/gluon-cv, docs/tutorials/
+    detection/lst_record_dataset.py, which the built-in algorithm's RecordIO preparation follows):
+    the header (A, B, width, height) as ``str(int)``, each object's numbers as ``str(float)``.
+    tests/samples/builtin_recordio/train.lst is the sample it must reproduce."""
     with open(path, "w") as handle:
         for index, label, relative in entries:
-            handle.write("\t".join([str(index)] + ["%.6f" % v for v in label] + [relative]) + "\n")
+            width = int(label[0])
+            numbers = [str(int(v)) for v in label[:width]] + [str(float(v)) for v in label[width:]]
+            handle.write("\t".join([str(index)] + numbers + [relative]) + "\n")
     return path
 
 
@@ -221,15 +232,21 @@ def cvat_mask_annotation(annotation, size):
 def cvat_coco(root, subsets, class_names=("dog", "cat"), flat_images=False, polygons=False,
               masks=False):
     """CVAT's "COCO 1.0" export with images: {subset: items} -> ``annotations/instances_<subset>
-    .json`` and ``images/<subset>/<name>.jpg`` (``images/<name>.jpg`` with ``flat_images``).
-    ``masks``: every object a mask or brush object (``cvat_mask_annotation``)."""
+    .json`` and ``images/<subset>/<name>.jpg`` (``images/<name>.jpg`` with ``flat_images``), as
+    datumaro's COCO converter writes it (cvat-ai/datumaro, datumaro/plugins/coco_format/
+    converter.py, run by cvat/apps/dataset_manager/formats/coco.py): orjson's compact bytes, ids
+    from 1 per subset file, a box's ``attributes`` CVAT's ``occluded`` and ``rotation``.
+    tests/samples/cvat_coco_1_0/ is the sample it must reproduce (boxes; with ``polygons`` the
+    area stays the box's, where CVAT writes the polygon's pixel area). ``masks``: every object a
+    mask or brush object (``cvat_mask_annotation``)."""
     for subset, items in subsets.items():
         folder = os.path.join(root, "images") if flat_images else os.path.join(root, "images", subset)
         named = []
         for number, (name, size, boxes) in enumerate(items):
             write_image(os.path.join(folder, name + ".jpg"), size, seed=number)
             named.append((name + ".jpg", size, boxes))
-        images, annotations = _coco_boxes(named, 1, 1, {"attributes": {"occluded": False}})
+        images, annotations = _coco_boxes(named, 1, 1, {"attributes": {"occluded": False,
+                                                                        "rotation": 0.0}})
         if polygons:
             for annotation in annotations:
                 annotation["segmentation"] = polygon(*annotation["bbox"])
@@ -243,7 +260,7 @@ def cvat_coco(root, subsets, class_names=("dog", "cat"), flat_images=False, poly
             "categories": [{"id": i + 1, "name": n, "supercategory": ""} for i, n in enumerate(class_names)],
             "images": [{"id": i, "width": s[0], "height": s[1], "file_name": f, "license": 0,
                         "flickr_url": "", "coco_url": "", "date_captured": 0} for i, f, s in images],
-            "annotations": annotations})
+            "annotations": annotations}, compact=True)
     return root
 
 
@@ -284,27 +301,36 @@ def roboflow_coco(root, splits, class_names=("dog", "cat"), project="pets", poly
     return root
 
 
-def label_studio_coco(root, items, class_names=("cat", "dog"), windows=False, polygons=False):
+def label_studio_coco(root, items, class_names=("cat", "dog"), windows=False, polygons=False,
+                      date_created="2026-12-01 10:15:42.123456"):
     """Label Studio's "COCO" export (with images): ``result.json`` and ``images/<8 hex>-<name>``;
-    ``file_name`` ``images/...`` (``images\\...`` with ``windows``). Categories sorted by name
-    from id 0; the items' class ids index ``class_names``."""
+    ``file_name`` ``images/...`` (``images\\...`` with ``windows``). Written as
+    label-studio-converter's ``Converter.convert_to_coco`` (HumanSignal/label-studio-converter,
+    label_studio_converter/converter.py) writes it: ``json.dump(indent=2)``; keys images,
+    categories, annotations, info; categories sorted by name from id 0 (``_get_labels``); images
+    and annotations from id 0; a rectangle's keys id, image_id, category_id, segmentation
+    ``[]``, bbox, ignore, iscrowd, area (``w * h``); ``info`` with the export's year and
+    ``str(datetime.now())``. The items' class ids index ``class_names``.
+    tests/samples/label_studio_coco/ is the sample it must reproduce."""
     ordered = sorted(class_names)
-    named = []
+    images, annotations = [], []
     for number, (name, size, boxes) in enumerate(items):
         stored = "%s-%s.jpg" % (hashlib.md5(name.encode()).hexdigest()[:8], name)
         write_image(os.path.join(root, "images", stored), size, seed=number)
-        named.append((("images\\" if windows else "images/") + stored, size,
-                      [(ordered.index(class_names[c]),) + tuple(b) for c, *b in boxes]))
-    images, annotations = _coco_boxes(named, 0, 0, {"ignore": 0}, start_ann_id=0)
-    if polygons:
-        for annotation in annotations:
-            annotation["segmentation"] = polygon(*annotation["bbox"])
+        images.append({"width": size[0], "height": size[1], "id": number,
+                       "file_name": ("images\\" if windows else "images/") + stored})
+        for class_id, left, top, w, h in boxes:
+            bbox = [float(left), float(top), float(w), float(h)]
+            annotations.append({"id": len(annotations), "image_id": number,
+                                "category_id": ordered.index(class_names[class_id]),
+                                "segmentation": polygon(*bbox) if polygons else [], "bbox": bbox,
+                                "ignore": 0, "iscrowd": 0, "area": bbox[2] * bbox[3]})
     write_json(os.path.join(root, "result.json"), {
-        "images": [{"width": s[0], "height": s[1], "id": i, "file_name": f} for i, f, s in images],
+        "images": images,
         "categories": [{"id": i, "name": n} for i, n in enumerate(ordered)],
         "annotations": annotations,
-        "info": {"year": 2024, "version": "1.0", "description": "", "contributor": "Label Studio",
-                 "url": "", "date_created": "2024-01-01 00:00:00.000000"}}, indent=2)
+        "info": {"year": int(date_created[:4]), "version": "1.0", "description": "",
+                 "contributor": "Label Studio", "url": "", "date_created": date_created}}, indent=2)
     return root
 
 

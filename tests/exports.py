@@ -5,9 +5,10 @@ CVAT's "Pascal VOC 1.1", Roboflow's "Pascal VOC" and "YOLOv8", and an Ultralytic
 The photos are generated (shapes on textured backgrounds: ``synthetic_voc.make_image``); the file
 and folder names, the annotation text and its quirks are the tools' own: labelImg's absolute
 ``<path>`` from the labeller's machine, tab indentation, 1-based integer corners clamped to 1, and
-``<depth>1</depth>`` for a grey photo; CVAT's decimals, its nested ``<source><annotation>``, its
-``labelmap.txt`` with a comment line and ``background`` and its per-label subset files;
-Roboflow's ``<stem>_<ext>.rf.<hash>.<ext>`` names and its xmin, xmax, ymin, ymax order; YOLO's
+``<depth>1</depth>`` for a grey photo; CVAT's float edges, its nested ``<source><annotation>``,
+its ``labelmap.txt`` with a comment line, ``background`` and VOC colormap colours, its per-label
+lists for tags (tests/samples/ holds what each tool writes; tests/data/test_tool_samples.py checks
+these writers against it); Roboflow's ``<stem>_<ext>.rf.<hash>.<ext>`` names and its xmin, xmax, ymin, ymax order; YOLO's
 fractions, Roboflow's ``../train/images`` paths and an Ultralytics ``path`` that is not here.
 """
 
@@ -116,39 +117,89 @@ def labelimg_separate(root, count=6, seed=0, grey=(1,), images="images", annotat
 
 # CVAT ----------------------------------------------------------------------------------------
 
-def cvat_xml(photo, decimals=True):
-    """CVAT's (datumaro's) VOC writer (datumaro/plugins/voc_format/converter.py, which CVAT's
-    "Pascal VOC 1.1" export runs): two-space indent, nested <source><annotation>, an empty
-    <depth></depth>, <occluded> and an <attributes> block per object, and each box as its 0-based
-    float edges (``xmin = x``, ``xmax = x + w``, ``str(float)``: no + 1, unlike the official
-    VOC's 1-based pixel indices)."""
-    width, height = photo.image.size
-    objects = ""
+def cvat_edges(photo, decimals=True):
+    """CVAT boxes for ``photo``'s objects: (class, xmin, ymin, xmax, ymax) as float edges, with
+    decimals (a box drawn between pixel edges) unless ``decimals`` is False."""
+    edges = []
     for i, (name, x0, y0, x1, y1) in enumerate(photo.objects):
         shift = 0.35 if decimals else 0.0
-        corners = (x0 + shift, y0, x1 - shift, y1 + 0.5 * (i % 2))
+        edges.append((name, x0 + shift, float(y0), x1 - shift, y1 + 0.5 * (i % 2)))
+    return edges
+
+
+def _cvat_corners(xmin, ymin, xmax, ymax):
+    """The four numbers CVAT's VOC export writes for a box drawn from (xmin, ymin) to (xmax, ymax):
+    CVAT makes ``Bbox(x0, y0, x1 - x0, y1 - y0)``, datumaro keeps its points rounded to 2 decimals
+    (``np.around``), and the writer prints ``x``, ``y``, ``x + w``, ``y + h`` of ``get_bbox()``
+    with ``str(float)`` (``40.5``, ``63.0``)."""
+    import numpy
+
+    points = numpy.around([xmin, ymin, xmin + (xmax - xmin), ymin + (ymax - ymin)], 2).tolist()
+    x, y = points[0], points[1]
+    w, h = points[2] - x, points[3] - y
+    return tuple(str(float(v)) for v in (x, y, x + w, y + h))
+
+
+def cvat_xml(photo, decimals=True, edges=None, occluded=()):
+    """CVAT's "Pascal VOC 1.1" annotation, as datumaro's VOC converter (cvat-ai/datumaro,
+    datumaro/plugins/voc_format/converter.py) writes it from CVAT's items (cvat/apps/
+    dataset_manager/bindings.py): lxml's ``tostring(pretty_print=True)`` (two-space indent, no
+    XML declaration, a final newline); ``<folder>`` the item id's part before its first ``_``;
+    ``<source>`` with database, annotation and image "Unknown"; an empty ``<depth></depth>``; per
+    box ``truncated``, ``occluded``, ``difficult`` as elements and CVAT's other box attribute,
+    ``rotation``, in ``<attributes>``; each box as its float edges (``xmin = x``, ``xmax = x + w``,
+    ``str(float)``: no + 1, unlike the official VOC's 1-based pixel indices). ``edges``:
+    (class, xmin, ymin, xmax, ymax) to write (default: ``cvat_edges(photo, decimals)``);
+    ``occluded``: the positions of boxes marked occluded. tests/samples/cvat_voc_1_1/ is the
+    sample it must reproduce."""
+    width, height = photo.image.size
+    edges = cvat_edges(photo, decimals) if edges is None else edges
+    objects = ""
+    for i, (name, *corners) in enumerate(edges):
         objects += ("  <object>\n    <name>%s</name>\n    <truncated>0</truncated>\n"
-                    "    <occluded>0</occluded>\n    <difficult>0</difficult>\n    <bndbox>\n"
+                    "    <occluded>%d</occluded>\n    <difficult>0</difficult>\n    <bndbox>\n"
                     "      <xmin>%s</xmin>\n      <ymin>%s</ymin>\n      <xmax>%s</xmax>\n"
                     "      <ymax>%s</ymax>\n    </bndbox>\n    <attributes>\n      <attribute>\n"
-                    "        <name>occluded</name>\n        <value>false</value>\n"
+                    "        <name>rotation</name>\n        <value>0.0</value>\n"
                     "      </attribute>\n    </attributes>\n  </object>\n"
-                    % ((name,) + tuple(("%.2f" % c).rstrip("0").rstrip(".") for c in corners)))
-    return ('<?xml version="1.0" encoding="utf-8"?>\n<annotation>\n  <folder></folder>\n'
+                    % ((name, int(i in occluded)) + _cvat_corners(*corners)))
+    folder = photo.stem[:photo.stem.find("_")] if "_" in photo.stem else ""
+    return ("<annotation>\n  <folder>%s</folder>\n"
             "  <filename>%s</filename>\n  <source>\n    <database>Unknown</database>\n"
             "    <annotation>Unknown</annotation>\n    <image>Unknown</image>\n  </source>\n"
             "  <size>\n    <width>%d</width>\n    <height>%d</height>\n    <depth></depth>\n"
             "  </size>\n  <segmented>0</segmented>\n%s</annotation>\n"
-            % (photo.name, width, height, objects))
+            % (folder, photo.name, width, height, objects))
 
 
-CVAT_COLOURS = {"circle": "250,50,83", "square": "51,221,255", "triangle": "52,209,183"}
+def voc_colour(index):
+    """datumaro's VOC colormap entry ``index`` (generate_colormap: the bits of the index spread
+    over r, g, b from the high bit down): 0 -> 0,0,0; 1 -> 128,0,0; 2 -> 0,128,0; ..."""
+    colour = [0, 0, 0]
+    for bit in range(7, -1, -1):
+        for channel in range(3):
+            colour[channel] |= ((index >> channel) & 1) << bit
+        index >>= 3
+    return tuple(colour)
 
 
-def cvat_voc(root, subsets=(("default", 6),), seed=0, grey=(1,), labels=CLASSES):
-    """CVAT's "Pascal VOC 1.1" export (unzipped): Annotations/, JPEGImages/,
-    ImageSets/{Main,Segmentation,Layout,Action}, labelmap.txt. ``subsets``: (name, count) pairs
-    (``default`` unless the task has subsets; CVAT keeps their case, e.g. ``Train``)."""
+def cvat_labelmap(labels):
+    """labelmap.txt as CVAT's VOC export writes it (label_map='source': CVAT's labels have no
+    colormap there, so datumaro puts ``background`` first and gives every label its VOC colormap
+    colour by position)."""
+    return "# label:color_rgb:parts:actions\n" + "".join(
+        "%s:%s::\n" % (label, ",".join(map(str, voc_colour(n))))
+        for n, label in enumerate(("background",) + tuple(labels)))
+
+
+def cvat_voc(root, subsets=(("default", 6),), seed=0, grey=(1,), labels=CLASSES, tags=False):
+    """CVAT's "Pascal VOC 1.1" export (unzipped): Annotations/, JPEGImages/, ImageSets/Main/
+    <subset>.txt (the item ids), labelmap.txt. ``subsets``: (name, count) pairs (``default``
+    unless the task has subsets; CVAT keeps their case, e.g. ``Train``). datumaro writes
+    ``ImageSets/Main/<label>_<subset>.txt`` (background included; `` 1``/``-1`` per image) only for
+    images with tags (image-level labels): ``tags`` tags every image with the classes of its boxes.
+    Its Segmentation, Layout and Action lists are written only for masks, parts and actions, which
+    a box task has none of."""
     total = sum(count for _, count in subsets)
     made = photos(total, seed, prefix="frame_", grey=grey)
     for photo in made:
@@ -160,15 +211,11 @@ def cvat_voc(root, subsets=(("default", 6),), seed=0, grey=(1,), labels=CLASSES)
         part = made[at:at + count]
         at += count
         _write(os.path.join(main, subset + ".txt"), "".join(p.stem + "\n" for p in part))
-        for label in labels:
+        for label in ("background",) + tuple(labels) if tags else ():
             _write(os.path.join(main, "%s_%s.txt" % (label, subset)), "".join(
                 "%s %s\n" % (p.stem, " 1" if any(o[0] == label for o in p.objects) else "-1")
                 for p in part))
-        _write(os.path.join(root, "ImageSets", "Segmentation", subset + ".txt"), "")
-        _write(os.path.join(root, "ImageSets", "Layout", subset + ".txt"), "")
-        _write(os.path.join(root, "ImageSets", "Action", subset + ".txt"), "")
-    _write(os.path.join(root, "labelmap.txt"), "# label:color_rgb:parts:actions\nbackground:0,0,0::\n"
-           + "".join("%s:%s::\n" % (label, CVAT_COLOURS.get(label, "0,0,255")) for label in labels))
+    _write(os.path.join(root, "labelmap.txt"), cvat_labelmap(labels))
     return made
 
 

@@ -19,8 +19,10 @@ BUCKET_PREFIX = "s3://labels-bucket/jobs/shapes/"
 RECORDIO_MAGIC = 0xCED7230A
 
 
-def metadata(class_map, kind="groundtruth/object-detection"):
-    return {"objects": [{"confidence": 0.9}], "class-map": class_map, "type": kind,
+def metadata(class_map, kind="groundtruth/object-detection", boxes=1):
+    """The attribute's ``-metadata``: one ``objects`` entry (a confidence) per box, as the docs'
+    bounding-box output shows (tests/samples/ground_truth/)."""
+    return {"objects": [{"confidence": 0.9}] * boxes, "class-map": class_map, "type": kind,
             "human-annotated": "yes", "creation-date": "2026-12-01T10:00:00.000000",
             "job-name": "labeling-job/shapes"}
 
@@ -47,14 +49,14 @@ def line(source_ref, width, height, boxes, attribute=ATTRIBUTE, adjusted=False):
     if adjusted:
         moved = [(c, max(0, l - 3), t, w, h) for c, l, t, w, h in boxes]
         record[attribute] = label(width, height, moved)
-        record[attribute + "-metadata"] = metadata(class_map)
+        record[attribute + "-metadata"] = metadata(class_map, boxes=len(boxes))
         record[ADJUSTMENT_ATTRIBUTE] = label(width, height, boxes)
         record[ADJUSTMENT_ATTRIBUTE + "-metadata"] = dict(
-            metadata(class_map), **{"adjustment-status": "adjusted",
+            metadata(class_map, boxes=len(boxes)), **{"adjustment-status": "adjusted",
                                     "job-name": "labeling-job/shapes-checked"})
         return record
     record[attribute] = label(width, height, boxes)
-    record[attribute + "-metadata"] = metadata(class_map)
+    record[attribute + "-metadata"] = metadata(class_map, boxes=len(boxes))
     return record
 
 

@@ -49,3 +49,31 @@ def test_every_family_has_a_floor_recipe_on_its_demo_network():
         assert hyperparameters["network"] == learning.FAMILIES[family] and hyperparameters["seed"] == "5"
         assert int(hyperparameters["val_interval"]) == int(hyperparameters["epochs"])  # scored once
         assert floor["style"] in learning.DATASETS and 0 < min(floor["floors"].values()) < 1
+
+
+def test_each_real_export_is_laid_out_as_its_tool_wrote_it_and_recognised(tmp_path):
+    """The real-data rows (--real): each export of ../shared/data/real-exports/ unpacked into the
+    'train' channel is recognised as the format the row names, and the recipe leaves `dataset`
+    to that recognition."""
+    from conftest import REAL_EXPORTS
+    from detector_training.data import formats
+
+    assert learning.REAL_EXPORTS_DIR == REAL_EXPORTS
+    for name, fmt in learning.REAL_EXPORTS.items():
+        if not os.path.isfile(os.path.join(REAL_EXPORTS, name + ".tar")):
+            from conftest import real_export
+            real_export(name, tmp_path / "absent")  # skips (fails under CI=true), naming the path
+        base = tmp_path / name
+        learning.real_export(name, str(base))
+        assert formats.recognise(str(base / "input" / "data"))[:2] == (fmt, "train")
+    assert "dataset" not in learning.real_recipe("yolo3") and learning.real_recipe("yolo3", 1)["epochs"] == "1"
+
+
+def test_a_missing_real_export_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(learning, "REAL_EXPORTS_DIR", str(tmp_path / "nowhere"))
+    try:
+        learning.real_export("raccoon-labelimg-voc", str(tmp_path / "job"))
+    except SystemExit as exc:
+        assert "raccoon-labelimg-voc.tar is not here" in str(exc) and str(tmp_path / "nowhere") in str(exc)
+    else:
+        raise AssertionError("no error for a missing real export")

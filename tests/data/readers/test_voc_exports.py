@@ -48,7 +48,7 @@ def test_labelimg_separate_save_folder_with_any_names(tmp_path, images, annotati
 
 
 def test_cvat_voc_1_1_default_subset_with_labelmap_order(tmp_path):
-    made = exports.cvat_voc(str(tmp_path), labels=("square", "circle", "triangle"))
+    made = exports.cvat_voc(str(tmp_path), labels=("square", "circle", "triangle"), tags=True)
     export = voc_exports.find_export(str(tmp_path))
     assert export.layout == voc_exports.CVAT
     # labelmap.txt's order, without its comment line and background; per-label files not subsets

@@ -1,6 +1,8 @@
 """One Pascal VOC annotation: what each tool writes is read, and a broken or hostile file is the
 project's DataError naming the file, the line and the fix."""
 
+import os
+
 import pytest
 
 import exports
@@ -118,41 +120,11 @@ def test_difficult_flag_is_read(tmp_path):
 # One object as CVAT's "Pascal VOC 1.1" export writes it (datumaro's VOC exporter,
 # datumaro/plugins/voc_format/converter.py: xmin = x, ymin = y, xmax = x + w, ymax = y + h of the
 # box CVAT shows at x 40.5, y 12.25, width 100, height 50.75; str(float); an empty <depth>).
-CVAT_SAMPLE = """<?xml version="1.0" encoding="utf-8"?>
-<annotation>
-  <folder></folder>
-  <filename>frame_000001.jpg</filename>
-  <source>
-    <database>Unknown</database>
-    <annotation>Unknown</annotation>
-    <image>Unknown</image>
-  </source>
-  <size>
-    <width>320</width>
-    <height>240</height>
-    <depth></depth>
-  </size>
-  <segmented>0</segmented>
-  <object>
-    <name>car</name>
-    <truncated>0</truncated>
-    <occluded>0</occluded>
-    <difficult>0</difficult>
-    <bndbox>
-      <xmin>40.5</xmin>
-      <ymin>12.25</ymin>
-      <xmax>140.5</xmax>
-      <ymax>63.0</ymax>
-    </bndbox>
-    <attributes>
-      <attribute>
-        <name>occluded</name>
-        <value>false</value>
-      </attribute>
-    </attributes>
-  </object>
-</annotation>
-"""
+# CVAT's "Pascal VOC 1.1" annotation as its exporter writes it (tests/samples/README.md names the
+# source; tests/data/test_tool_samples.py checks the fixture against it).
+with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "samples", "cvat_voc_1_1", "Annotations", "frame_0001.xml")) as _handle:
+    CVAT_SAMPLE = _handle.read()
 
 
 def test_a_cvat_box_is_read_at_the_pixel_edges_cvat_shows_and_voc_s_one_based_ones_less_one(tmp_path):
