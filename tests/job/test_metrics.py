@@ -21,7 +21,8 @@ def engine_lines(family, caplog):
         config=SimpleNamespace(val_interval=1, epochs=5), world=SimpleNamespace(is_main=True, size=1),
         dist=SimpleNamespace(allreduce_sum=list), trainer=SimpleNamespace(learning_rate=0.001),
         sums=sums, log_names=family.log_names, loss_names=family.loss_names, steps=2,
-        per_rank_batch=1, epoch=3, last_epoch=True, history=[], best_map=float("-inf"), scalars={},
+        per_rank_batch=1, epoch=3, epoch_first_iteration=0, last_epoch=True, history=[],
+        best_map=float("-inf"), scalars={},
         times=StepTimes(forward_backward=0.6, update=0.1, steps=2))
     log_hook = MetricLogHook()
     log_hook.before_epoch(engine)
