@@ -17,7 +17,8 @@ and diamonds from a fixed palette, smaller (1/8 to 1/3) and elongated boxes, up 
 With ``--real`` it trains instead on the three real exports of ../shared/data/real-exports/
 (labelImg VOC, Roboflow COCO, Roboflow YOLOv5, REAL_EXPORTS), each as its tool wrote it, with each
 family's demo recipe less its ``dataset`` (the job recognises the format): the held-out AP50 on
-the export's own validation split (``real.json``).
+the export's own validation split (``real.json``). ``--sideways`` adds each export with its photos
+stored turned, as phones store them, with the EXIF Orientation tag 6 (annotations unchanged).
 
 With ``--floors`` it measures instead each family's CI floor recipe (FLOORS, what
 tests/end_to_end/test_learning_floors.py runs) over the seeds: the scores, the first and last
@@ -25,7 +26,8 @@ epoch's training loss, and the worst seed against the floor (``floors.json``).
 
 Usage: python benchmarks/learning.py [--seeds 3] [--families faster_rcnn,yolo3,ssd,mask_rcnn]
        [--datasets demo,other] [--epochs N] [--output out/bench-learning] [--floors]
-       [--real [--exports raccoon-labelimg-voc,foosball-roboflow-coco,aquarium-roboflow-yolov5]]
+       [--real [--exports raccoon-labelimg-voc,foosball-roboflow-coco,aquarium-roboflow-yolov5]
+        [--sideways]]
 """
 
 import argparse
@@ -231,17 +233,44 @@ def real_export(name, base):
         tar.extractall(os.path.join(base, "input", "data", "train"), filter="data")
 
 
+EXIF_ORIENTATION = 0x0112
+
+
+def store_sideways(root):
+    """Every JPEG under ``root`` rewritten as a phone stores a photo it took turned: the pixels
+    turned a quarter counter-clockwise and the EXIF Orientation tag 6 (show turned a quarter
+    clockwise), so that a viewer shows the picture the annotations describe. Returns the count."""
+    from PIL import Image
+
+    count = 0
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            if name.lower().endswith((".jpg", ".jpeg")):
+                path = os.path.join(folder, name)
+                with Image.open(path) as image:
+                    upright = image.convert("RGB")
+                exif = Image.Exif()
+                exif[EXIF_ORIENTATION] = 6
+                upright.transpose(Image.Transpose.ROTATE_90).save(path, "JPEG", quality=95,
+                                                                  exif=exif.tobytes())
+                count += 1
+    return count
+
+
 def real_recipe(family, epochs=0):
     """The family's demo recipe for a real export: no `dataset` (the channel's content names it)."""
     return {k: v for k, v in recipe(family, epochs).items() if k != "dataset"}
 
 
-def run_real(base, family, name, seed, epochs=0):
-    """One job of the family's demo recipe on the real export ``name``, seeded ``seed``."""
+def run_real(base, family, name, seed, epochs=0, sideways=False):
+    """One job of the family's demo recipe on the real export ``name``, seeded ``seed``
+    (``sideways``: its photos stored turned with the EXIF tag 6, store_sideways)."""
     hyperparameters = dict(real_recipe(family, epochs), seed=str(seed))
 
     def lay_out(job_base):
         real_export(name, job_base)
+        if sideways:
+            store_sideways(os.path.join(job_base, "input", "data", "train"))
         config_dir = os.path.join(job_base, "input", "config")
         os.makedirs(config_dir, exist_ok=True)
         with open(os.path.join(config_dir, "hyperparameters.json"), "w") as handle:
@@ -250,7 +279,7 @@ def run_real(base, family, name, seed, epochs=0):
     run = run_job(base, family, hyperparameters, lay_out, seed)
     if run["format"] != REAL_EXPORTS[name]:
         raise SystemExit("%s was read as dataset=%s, not %s" % (name, run["format"], REAL_EXPORTS[name]))
-    return dict(run, dataset=name)
+    return dict(run, dataset=name + (" (sideways, EXIF 6)" if sideways else ""))
 
 
 def measure_real(args):
@@ -261,20 +290,22 @@ def measure_real(args):
     for family in args.families.split(","):
         for name in names:
             for seed in range(1, args.seeds + 1):
-                base = os.path.abspath(os.path.join(args.output, "real", family, name, "seed%d" % seed))
-                run = run_real(base, family, name, seed, args.epochs)
-                print("%-12s %-26s seed %d: AP50 %.4f (curve %s) cpu %.0f s wall %.0f s" % (
-                    family, name, seed, run["AP50"], run["AP50_curve"], run["cpu_s"],
-                    run["wall_s"]), flush=True)
-                runs.append(run)
+                for sideways in (False, True) if args.sideways else (False,):
+                    base = os.path.abspath(os.path.join(args.output, "real", family, name, "seed%d%s" % (
+                        seed, "-sideways" if sideways else "")))
+                    run = run_real(base, family, name, seed, args.epochs, sideways)
+                    print("%-12s %-26s seed %d: AP50 %.4f (curve %s) cpu %.0f s wall %.0f s" % (
+                        family, run["dataset"], seed, run["AP50"], run["AP50_curve"], run["cpu_s"],
+                        run["wall_s"]), flush=True)
+                    runs.append(run)
     print("\n| real export (dataset=) | family (network) | median held-out box AP50 (%d seed(s)) "
           "| per seed | epochs | median CPU s / wall s |" % args.seeds)
     print("|---|---|---|---|---|---|")
     for family in args.families.split(","):
-        for name in names:
+        for name in sorted({r["dataset"] for r in runs if r["family"] == family}):
             mine = [r for r in runs if r["family"] == family and r["dataset"] == name]
             print("| %s (%s) | %s (`%s`) | **%.3f** | %s | %d | %.0f / %.0f |" % (
-                name, REAL_EXPORTS[name], family, FAMILIES[family],
+                name, REAL_EXPORTS[name.split(" ")[0]], family, FAMILIES[family],
                 statistics.median(r["AP50"] for r in mine), ", ".join("%.3f" % r["AP50"] for r in mine),
                 mine[0]["epochs"], statistics.median(r["cpu_s"] for r in mine),
                 statistics.median(r["wall_s"] for r in mine)))
@@ -327,6 +358,8 @@ def main(argv=None):
                         help="train on each real export in ../shared/data/real-exports instead")
     parser.add_argument("--exports", default=",".join(REAL_EXPORTS),
                         help="with --real: comma-separated real exports")
+    parser.add_argument("--sideways", action="store_true",
+                        help="with --real: each export also with its photos stored turned (EXIF 6)")
     args = parser.parse_args(argv)
     if args.floors:
         return measure_floors(args)

@@ -77,3 +77,20 @@ def test_a_missing_real_export_is_named(tmp_path, monkeypatch):
         assert "raccoon-labelimg-voc.tar is not here" in str(exc) and str(tmp_path / "nowhere") in str(exc)
     else:
         raise AssertionError("no error for a missing real export")
+
+
+def test_sideways_photos_are_stored_turned_with_the_tag_and_decode_as_the_annotations_see_them(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from detector_training.data.readers import images
+
+    picture = np.zeros((30, 60, 3), dtype=np.uint8)
+    picture[:, :20] = (250, 10, 10)  # red at the left of the upright picture
+    Image.fromarray(picture).save(tmp_path / "photo.jpg", quality=95)
+    assert learning.store_sideways(str(tmp_path)) == 1
+    with Image.open(tmp_path / "photo.jpg") as stored:
+        assert stored.size == (30, 60) and stored.getexif()[learning.EXIF_ORIENTATION] == 6
+    upright = images.decode(str(tmp_path / "photo.jpg"), oriented=True)
+    assert upright.shape == (30, 60, 3)
+    assert upright[15, 5, 0] > 200 and upright[15, 55, 0] < 60  # the red band back at the left
