@@ -19,6 +19,7 @@ import shutil
 import tempfile
 
 from detector_training import inference
+from detector_training.core.distributed import any_rank
 from detector_training.core.evaluation import Interrupted, validate
 
 
@@ -57,7 +58,7 @@ class Validator:
 
     def _stop_agreed(self):
         """Whether any rank was asked to stop (one allreduce: every rank asks together)."""
-        return self.dist.allreduce_sum([1.0 if self.stop() else 0.0])[0] > 0
+        return any_rank(self.dist, self.stop())
 
     def report(self, model_directory, out_dir):
         """The exported model in ``model_directory`` (symbol, params, classes.json, config.json),

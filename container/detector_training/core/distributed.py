@@ -29,6 +29,11 @@ class World:
         return self.local_rank == 0
 
 
+def any_rank(dist, flag):
+    """Whether ``flag`` is true on any rank (one allreduce: every rank calls it together)."""
+    return dist.allreduce_sum([1.0 if flag else 0.0])[0] > 0
+
+
 def launched_by_horovod(environ=None):
     environ = os.environ if environ is None else environ
     return any(var in environ for var in _LAUNCHER_VARS)

@@ -14,6 +14,7 @@ import math
 import time
 
 from detector_training.core.checkpoint import save_checkpoint
+from detector_training.core.distributed import any_rank
 from detector_training.core.engine import Hook, MetricSums
 from detector_training.core.evaluation import Interrupted
 from detector_training.errors import JobError
@@ -223,7 +224,7 @@ class EarlyStoppingHook(Hook):
         decision = stop_early(engine.history, self.objective, engine.epoch,
                               config.early_stopping_min_epochs, config.early_stopping_patience,
                               config.early_stopping_tolerance)
-        if engine.dist.allreduce_sum([1.0 if decision else 0.0])[0] <= 0:
+        if not any_rank(engine.dist, decision):
             return
         if decision is None:  # another rank decided to stop: this one follows (same scores, so rare)
             decision = {"epoch": engine.epoch, "objective": self.objective,
@@ -272,8 +273,7 @@ class StopHook(Hook):
         self.checkpoint_hook = checkpoint_hook
 
     def _agreed(self, engine):
-        local = 1.0 if self.requested() else 0.0
-        return engine.dist.allreduce_sum([local])[0] > 0
+        return any_rank(engine.dist, self.requested())
 
     def _save(self, engine, next_epoch, next_iteration, where):
         engine.stopped = True
