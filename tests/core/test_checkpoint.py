@@ -84,17 +84,21 @@ def test_no_checkpoint_returns_none(tmp_path):
     assert CheckpointManager(str(tmp_path / "none")).latest() is None
 
 
-def test_a_failing_writer_leaves_the_previous_checkpoint_intact(tmp_path):
-    m = CheckpointManager(str(tmp_path), keep=5)
-    m.save(1, {"epoch": 1}, payload("a"))
-
+def partial_writer(error):
+    """A payload writer that leaves a partial file in the checkpoint being written, then raises."""
     def broken(tmp):
         with open(os.path.join(tmp, "model.params"), "w") as handle:
             handle.write("partial")
-        raise OSError(28, "No space left on device")
+        raise error
 
+    return broken
+
+
+def test_a_failing_writer_leaves_the_previous_checkpoint_intact(tmp_path):
+    m = CheckpointManager(str(tmp_path), keep=5)
+    m.save(1, {"epoch": 1}, payload("a"))
     with pytest.raises(DiskFullError) as err:
-        m.save(2, {"epoch": 2}, broken)
+        m.save(2, {"epoch": 2}, partial_writer(OSError(28, "No space left on device")))
     assert "checkpoint ckpt-00000002 in %s could not be written (No space left on device); the previous " \
            "checkpoint ckpt-00000001 is kept" % tmp_path in str(err.value)
     assert m.latest()[1]["epoch"] == 1
@@ -104,14 +108,8 @@ def test_a_failing_writer_leaves_the_previous_checkpoint_intact(tmp_path):
 def test_a_writer_that_fails_otherwise_leaves_nothing_behind(tmp_path):
     m = CheckpointManager(str(tmp_path), keep=5)
     m.save(1, {"epoch": 1}, payload("a"))
-
-    def broken(tmp):
-        with open(os.path.join(tmp, "model.params"), "w") as handle:
-            handle.write("partial")
-        raise RuntimeError("a writer's own error (MXNet's are not OSErrors)")
-
     with pytest.raises(RuntimeError):
-        m.save(2, {"epoch": 2}, broken)
+        m.save(2, {"epoch": 2}, partial_writer(RuntimeError("a writer's own error (MXNet's are not OSErrors)")))
     assert sorted(os.listdir(tmp_path)) == ["ckpt-00000001", "latest"]
     with pytest.raises(CheckpointError, match="could not write checkpoint ckpt-00000003 .*Permission denied"):
         m.save(3, {"epoch": 3}, lambda tmp: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
