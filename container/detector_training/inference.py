@@ -30,6 +30,9 @@ DEFAULT_THRESHOLD = 0.5  # the minimum score answered when a request or command 
 DEFAULT_MAX_DETECTIONS = 100
 
 MAX_SIDE = 8192  # pixels: a model asking for larger test images is not one this module runs
+# The networks' input normalisation (GluonCV's ImageNet statistics), of RGB pixels scaled to [0, 1].
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
 
 # Decoding policy for image bytes: the formats of data/readers/images.py, and at most this many
 # pixels (checked from the header, before any pixel is decoded). A 50-megapixel photo passes; a
@@ -232,8 +235,7 @@ def network_input(model, rgb):
         _too_thin(model, width, height)
         resized = timage.resize_short_within(image, model.short, model.max_size, interp=1)
         scale = (height / float(resized.shape[0]),) * 2
-    data = mx.nd.image.normalize(mx.nd.image.to_tensor(resized), mean=(0.485, 0.456, 0.406),
-                                 std=(0.229, 0.224, 0.225))
+    data = mx.nd.image.normalize(mx.nd.image.to_tensor(resized), mean=MEAN, std=STD)
     return data.expand_dims(0), scale
 
 

@@ -37,7 +37,7 @@ import tempfile
 
 from detector_training import inference
 from detector_training.core import model_dir
-from detector_training.core.files import atomic_write, write_json
+from detector_training.core.files import atomic_save, atomic_write, write_json
 from detector_training.errors import JobError, ModelError, one_line
 
 ONNX_FILE = "model.onnx"
@@ -45,8 +45,6 @@ ONNX_JSON = "onnx.json"
 OPSET = 13  # the newest opset mxnet.onnx's converters implement
 IR_VERSION = 8  # onnxruntime <= 1.20 refuses IR 11 files; every operator used is in IR 8
 INPUT_NAME = "data"  # the name SymbolBlock.imports gives the exported network's input
-MEAN = (0.485, 0.456, 0.406)  # inference.network_input's normalisation, RGB in [0, 1]
-STD = (0.229, 0.224, 0.225)
 SCORE_TOLERANCE = 1e-3
 BOX_TOLERANCE = 1.0  # pixels of the network's input
 SAMPLE_IMAGES = 4  # generated sample images when the caller gives none
@@ -450,7 +448,7 @@ def verify(model, onnx_model, images, network, score_tol=SCORE_TOLERANCE):
 def description(model, config, onnx_model):
     """What ``onnx.json`` says: how to feed ``model.onnx`` and read its outputs (docs/onnx.md)."""
     outputs = [value.name for value in onnx_model.graph.output]
-    info = {"input_name": INPUT_NAME, "layout": "NCHW", "mean": list(MEAN), "std": list(STD),
+    info = {"input_name": INPUT_NAME, "layout": "NCHW", "mean": list(inference.MEAN), "std": list(inference.STD),
             "pixel_scale": 255.0, "classes": list(model.classes), "network": config.get("network"),
             "outputs": outputs, "output_meaning": ["class_ids", "scores", "boxes", "masks"][:len(outputs)],
             "opset": OPSET}
@@ -522,8 +520,7 @@ def _move(paths, directory):
     moved = []
     for path in paths:  # model.onnx first: onnx.json beside it says the file is complete
         target = os.path.join(directory, os.path.basename(path))
-        shutil.copyfile(path, target + ".part")
-        os.replace(target + ".part", target)
+        atomic_save(target, lambda tmp, source=path: shutil.copyfile(source, tmp))
         moved.append(target)
     return tuple(moved)
 
