@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -256,6 +257,42 @@ def trained(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_models(tmp_path_factory):
     return TrainedModels(tmp_path_factory.mktemp("served-models"))
+
+
+def copy_export(source, destination):
+    """The files inference reads, copied from the model directory ``source`` into ``destination``
+    (returned): the session's model directories stay as they are."""
+    from detector_training.core import model_dir
+
+    os.makedirs(str(destination))
+    for name in model_dir.EXPORT_FILES:
+        shutil.copy(os.path.join(source, name), str(destination))
+    return str(destination)
+
+
+class ExportedModels:
+    """Each family's SERVED_JOBS model with its ONNX export (onnx_export.py), copied and exported
+    once for the session (two generated sample images for Mask R-CNN, whose forward pass is the
+    slowest): what the ONNX tests and serving by ONNX Runtime use."""
+
+    def __init__(self, models, root):
+        self.models, self.root, self.dirs = models, root, {}
+
+    def __getitem__(self, family):
+        if family not in self.dirs:
+            from detector_training import inference, onnx_export
+
+            directory = copy_export(self.models[family], self.root / family)
+            model = inference.load_model(directory)
+            images = onnx_export.generated_images(model.classes, 2 if family == "mask_rcnn" else 4)
+            onnx_export.export_model_directory(directory, images)
+            self.dirs[family] = directory
+        return self.dirs[family]
+
+
+@pytest.fixture(scope="session")
+def exported_models(trained_models, tmp_path_factory):
+    return ExportedModels(trained_models, tmp_path_factory.mktemp("onnx"))
 
 
 # Real exports exactly as their tools wrote them, with their licences, beside the project

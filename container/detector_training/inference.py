@@ -13,6 +13,11 @@ the evaluation report and the serving benchmark all run.
   image as decoded (upright: a photo stored sideways with an orientation tag is answered in the
   frame its viewer sees), with masks as COCO's compressed RLE for a model that segments.
 
+Two runtimes run the network: MXNet (the exported symbol and parameters) and, for a model
+directory that also holds the verified ONNX export (``model.onnx`` + ``onnx.json``,
+onnx_export.py), ONNX Runtime on the CPU. Both take the same input, prepared here with MXNet as
+the family's validation prepares it, and answer the same detections (what the export verified).
+
 Nothing here imports MXNet at import time: ``serve``'s master process reads the defaults and
 checks a model directory without it.
 """
@@ -39,6 +44,9 @@ STD = (0.229, 0.224, 0.225)
 # decompression bomb (a small file that declares a huge canvas) does not.
 MAX_IMAGE_PIXELS = 64_000_000
 
+MXNET, ONNXRUNTIME = "mxnet", "onnxruntime"
+RUNTIMES = (MXNET, ONNXRUNTIME)
+
 
 class InferenceError(Exception):
     """A model or an image that cannot be used; the message is meant for the user as is."""
@@ -49,10 +57,10 @@ class BadImage(InferenceError):
 
 
 class Model:
-    """A loaded detector: the symbol block, its classes, its test-time image sizes and whether
-    its input is a square (``short`` x ``short``) rather than short side ``short``."""
+    """A loaded detector: its network (run by ``runtime``), its classes, its test-time image sizes
+    and whether its input is a square (``short`` x ``short``) rather than short side ``short``."""
 
-    def __init__(self, net, classes, short, max_size, source, ctx=None, square=False):
+    def __init__(self, net, classes, short, max_size, source, ctx=None, square=False, runtime=MXNET):
         self.net = net
         self.ctx = ctx
         self.classes = list(classes)
@@ -60,38 +68,68 @@ class Model:
         self.max_size = int(max_size)
         self.source = source
         self.square = bool(square)
+        self.runtime = runtime
+
+    def forward(self, data):
+        """The network's outputs (class ids, scores, boxes[, masks]) for ``data`` (a batch from
+        ``network_input``) as numpy arrays."""
+        if self.runtime == ONNXRUNTIME:
+            return self.net(data.asnumpy())
+        if self.ctx is not None:
+            data = data.as_in_context(self.ctx)
+        return [output.asnumpy() for output in self.net(data)]
 
     def __repr__(self):
-        return "Model(%r, classes=%r, short=%d, max_size=%d%s)" % (
-            self.source, self.classes, self.short, self.max_size, ", square" if self.square else "")
+        return "Model(%r, classes=%r, short=%d, max_size=%d%s, %s)" % (
+            self.source, self.classes, self.short, self.max_size, ", square" if self.square else "",
+            self.runtime)
+
+
+class OnnxNetwork:
+    """``model.onnx`` in an ONNX Runtime session, called as the MXNet network is: a batch in, the
+    outputs ``onnx.json`` lists (in order) out."""
+
+    def __init__(self, session, input_name, outputs):
+        self.session = session
+        self.input_name = input_name
+        self.outputs = list(outputs)
+
+    def __call__(self, batch):
+        return self.session.run(self.outputs, {self.input_name: batch})
 
 
 # --- load --------------------------------------------------------------------------------------
 
-def load_model(path, ctx=None):
+def load_model(path, ctx=None, runtime=MXNET, threads=None):
     """Load a model directory or a ``model.tar.gz`` (extracted safely into a temporary directory,
-    removed again once the model is in memory). Raises InferenceError when it is not a model."""
+    removed again once the model is in memory), to run with ``runtime`` (RUNTIMES; ONNX Runtime
+    with ``threads`` threads, default its own choice). Raises InferenceError when it is not a
+    model, or has no ONNX export that fits it for ONNX Runtime."""
+    if runtime not in RUNTIMES:
+        raise ValueError("runtime %r is not one of %s" % (runtime, ", ".join(RUNTIMES)))
     if not os.path.exists(path):
         raise InferenceError("model not found: %s" % path)
     if os.path.isdir(path):
-        return _load_directory(path, path, ctx)
+        return _load_directory(path, path, ctx, runtime, threads)
     if not os.path.isfile(path):
         raise InferenceError("not a model: %s is neither a model directory nor a model.tar.gz" % path)
     tmp = tempfile.mkdtemp(prefix="detector-model-")
     try:
-        extracted = extract_model_files(path, tmp)
-        return _load_directory(_find_model_dir(extracted, path), path, ctx)
+        extracted = extract_model_files(path, tmp, onnx=runtime == ONNXRUNTIME)
+        return _load_directory(_find_model_dir(extracted, path), path, ctx, runtime, threads)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def extract_model_files(path, parent):
-    """Extract the files inference reads (model_dir.EXPORT_FILES) from a model archive into a new
-    directory under ``parent`` (returned): the whole archive is refused when any member is a link,
-    a special file, has an unsafe name or is over its size cap. A job's archive also holds
-    model.params and model-best.params (twice the export): they are skipped."""
+def extract_model_files(path, parent, onnx=False):
+    """Extract the files inference reads (model_dir.EXPORT_FILES, and the ONNX export's when
+    ``onnx``) from a model archive into a new directory under ``parent`` (returned): the whole
+    archive is refused when any member is a link, a special file, has an unsafe name or is over
+    its size cap. A job's archive also holds model.params and model-best.params (twice the
+    export): they are skipped."""
+    names = model_dir.EXPORT_FILES + (model_dir.ONNX_FILES if onnx else ())
     try:
-        return model_dir.extract_model(path, parent, model_dir.EXPORT_FILES)
+        return model_dir.extract_model(path, parent, names)
     except archive.UnsafeArchive as exc:
         raise InferenceError("unsafe model archive %s: %s" % (path, exc.reason)) from None
     except archive.UnreadableArchive as exc:
@@ -171,8 +209,12 @@ def read_model_directory(directory, source=None):
     return export, short, max_size
 
 
-def _load_directory(directory, source, ctx):
+def _load_directory(directory, source, ctx, runtime=MXNET, threads=None):
     export, short, max_size = read_model_directory(directory, source)
+    square = square_input(export.config)
+    if runtime == ONNXRUNTIME:
+        net = _onnx_network(directory, source, export.classes, short, max_size, square, threads)
+        return Model(net, export.classes, short, max_size, source, None, square, runtime)
 
     import mxnet as mx
 
@@ -185,7 +227,60 @@ def _load_directory(directory, source, ctx):
     except Exception as exc:  # MXNetError, AssertionError, ValueError: all mean a broken export
         raise InferenceError("invalid model %s: cannot load the exported network (%s)"
                              % (source, one_line(exc))) from exc
-    return Model(net, export.classes, short, max_size, source, ctx, square_input(export.config))
+    return Model(net, export.classes, short, max_size, source, ctx, square)
+
+
+def onnx_session(model, threads=None):
+    """An ONNX Runtime session on the CPU of ``model`` (a path or serialized bytes), with
+    ``threads`` threads for one operator (default: ONNX Runtime's choice) and none across them."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # warnings about unused initializers are not the user's
+    if threads:
+        options.intra_op_num_threads = int(threads)
+        options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def _onnx_network(directory, source, classes, short, max_size, square, threads):
+    """The ONNX export of a model directory in an ONNX Runtime session, once its ``onnx.json``
+    says it was exported from this model: the same classes, normalisation and test sizes, an
+    input and the three or four outputs inference reads."""
+    def refuse(what):
+        return InferenceError("invalid ONNX export in %s: %s; %s" % (source, what, model_dir.ONNX_FIX))
+
+    try:
+        info = model_dir.read_onnx_description(directory)
+    except ModelError as exc:
+        raise InferenceError("cannot run %s with ONNX Runtime: %s %s" % (source, exc.cause, exc.fix)) from None
+    if info.get("classes") != list(classes):
+        raise refuse("onnx.json lists the classes %s, classes.json %s"
+                     % (json_preview(info.get("classes")), json_preview(classes)))
+    if info.get("mean") != list(MEAN) or info.get("std") != list(STD):
+        raise refuse("onnx.json's mean %s and std %s are not this image's input normalisation %s, %s"
+                     % (json_preview(info.get("mean")), json_preview(info.get("std")), list(MEAN), list(STD)))
+    expected = ({"resize": "square", "height": short, "width": short} if square else
+                {"resize": "short_side", "short": short, "max_size": max_size, "dynamic_input": True})
+    differs = sorted(key for key, value in expected.items() if info.get(key) != value)
+    if differs:
+        raise refuse("onnx.json's %s %s; the model's config.json says %s" % (
+            ", ".join(differs), json_preview({k: info.get(k) for k in differs}),
+            json_preview({k: expected[k] for k in differs})))
+    outputs, input_name = info.get("outputs"), info.get("input_name")
+    if not isinstance(input_name, str) or not input_name or not isinstance(outputs, list) \
+            or len(outputs) not in (3, 4) or not all(isinstance(name, str) and name for name in outputs):
+        raise refuse("onnx.json's input_name %s or outputs %s is not a name and a list of three or four names"
+                     % (json_preview(input_name), json_preview(outputs)))
+    try:
+        session = onnx_session(os.path.join(directory, model_dir.ONNX_FILE), threads)
+    except Exception as exc:  # onnxruntime's Fail, InvalidGraph, InvalidProtobuf: a file it cannot run
+        raise refuse("ONNX Runtime cannot load model.onnx (%s)" % one_line(exc)) from None
+    names = {value.name for value in session.get_outputs()}
+    if input_name not in {value.name for value in session.get_inputs()} or not set(outputs) <= names:
+        raise refuse("model.onnx has no input %s or not every output of %s"
+                     % (json_preview(input_name), json_preview(outputs)))
+    return OnnxNetwork(session, input_name, outputs)
 
 
 # --- decode ------------------------------------------------------------------------------------
@@ -266,11 +361,9 @@ def detect_image(model, rgb, threshold=DEFAULT_THRESHOLD, max_detections=None, m
 
     height, width = rgb.shape[:2]
     data, (scale_x, scale_y) = network_input(model, rgb)
-    if model.ctx is not None:
-        data = data.as_in_context(model.ctx)
-    outputs = model.net(data)
-    ids, scores, boxes = (o[0].asnumpy() for o in outputs[:3])
-    box_masks = outputs[3][0].asnumpy() if len(outputs) > 3 and masks else None  # in each box
+    outputs = model.forward(data)
+    ids, scores, boxes = (o[0] for o in outputs[:3])
+    box_masks = outputs[3][0] if len(outputs) > 3 and masks else None  # in each box
     found = []
     for index, (cid, score, box) in enumerate(zip(ids[:, 0], scores[:, 0], boxes)):
         cid, score = int(cid), float(score)

@@ -40,13 +40,15 @@ from detector_training.core import model_dir
 from detector_training.core.files import atomic_save, atomic_write, write_json
 from detector_training.errors import JobError, ModelError, one_line
 
-ONNX_FILE = "model.onnx"
-ONNX_JSON = "onnx.json"
+ONNX_FILE, ONNX_JSON = model_dir.ONNX_FILE, model_dir.ONNX_JSON
 OPSET = 13  # the newest opset mxnet.onnx's converters implement
 IR_VERSION = 8  # onnxruntime <= 1.20 refuses IR 11 files; every operator used is in IR 8
 INPUT_NAME = "data"  # the name SymbolBlock.imports gives the exported network's input
 SCORE_TOLERANCE = 1e-3
 BOX_TOLERANCE = 1.0  # pixels of the network's input
+# Mask R-CNN's masks are probabilities cut at 0.5: 0.01 apart moves only pixels that close to the cut
+# (float32 arithmetic in another order reaches 0.002 at 144 x 144 pixels).
+MASK_TOLERANCE = 0.01
 SAMPLE_IMAGES = 4  # generated sample images when the caller gives none
 MAX_SAMPLE_IMAGES = 8  # of the job's validation images
 
@@ -345,20 +347,34 @@ def detections(outputs, width, height):
     return sorted(rows, key=lambda row: -row[1])
 
 
+TIE = 1e-6  # two of MXNet's scores this close (same class) are a tie
+
+
 def difference(expected, got, score_tol=SCORE_TOLERANCE, box_tol=BOX_TOLERANCE, threshold=0.0):
     """What differs between two lists of detections with score >= ``threshold`` (``detections``:
     (class, score, box) with any class labels), as a sentence; None when each detection of one has
     its own in the other of the same class, score within ``score_tol`` and box corners within
     ``box_tol`` pixels. A detection within ``score_tol`` of the threshold may lack one (it may
-    fall just under it on the other side)."""
+    fall just under it on the other side).
+
+    Ties: where MXNet answers several boxes of one class with the same score (within TIE: an
+    untrained network's flat regions), which of the tied candidates non-maximum suppression keeps,
+    and so which others it then suppresses, is its sort's choice. Such a group is matched by its
+    class and score only: the other side must answer at least one detection of that class and
+    score, with any boxes, and may answer more or fewer of them."""
     def near(a, b):
         return a[0] == b[0] and abs(a[1] - b[1]) <= score_tol
 
     def box_gap(a, b):
         return max(abs(x - y) for x, y in zip(a[2], b[2]))
 
+    ours = [row for row in expected if row[1] >= threshold]
+    tied = [row for row in ours
+            if sum(other[0] == row[0] and abs(other[1] - row[1]) <= TIE for other in ours) > 1]
     left = [row for row in got if row[1] >= threshold]
-    for rank, row in enumerate(row for row in expected if row[1] >= threshold):
+    for rank, row in enumerate(ours):
+        if any(row is other for other in tied):
+            continue
         candidates = [other for other in left if near(row, other)]
         if not candidates:
             if row[1] < threshold + score_tol:
@@ -372,26 +388,43 @@ def difference(expected, got, score_tol=SCORE_TOLERANCE, box_tol=BOX_TOLERANCE, 
             return "MXNet's detection %d (class %s, score %.5f) has its box %.2f pixels away in ONNX Runtime (%s, %s)" % (
                 rank, row[0], row[1], box_gap(row, best), _box(row[2]), _box(best[2]))
         left.remove(best)
-    extra = [row for row in left if row[1] >= threshold + score_tol]
+    for row in tied:
+        if row[1] >= threshold + score_tol and not any(near(row, other) for other in left):
+            return "MXNet's %d tied detections of class %s, score %.5f have no counterpart in ONNX Runtime" % (
+                sum(other[0] == row[0] and abs(other[1] - row[1]) <= TIE for other in tied), row[0], row[1])
+    extra = [row for row in left if row[1] >= threshold + score_tol and not any(near(row, other) for other in tied)]
     if extra:
         return "ONNX Runtime answers %d detection(s) MXNet does not, the first class %s, score %.5f, box %s" % (
             len(extra), extra[0][0], extra[0][1], _box(extra[0][2]))
     return None
 
 
-def mask_difference(expected, got, tolerance=SCORE_TOLERANCE):
-    """What differs between the masks (fourth output: a map per detection) of the valid rows of
-    two networks' outputs whose detections agree, row for row; None when every value is within
-    ``tolerance``."""
+def mask_difference(expected, got, tolerance=MASK_TOLERANCE):
+    """What differs between the masks (fourth output: a map per detection) of two networks'
+    outputs whose detections agree (``difference``); None when the masks of each pair of
+    matching detections (same class, score within SCORE_TOLERANCE, box within BOX_TOLERANCE; a
+    tied score pairs nothing) are within ``tolerance`` everywhere."""
     import numpy as np
 
-    valid = np.asarray(expected[0])[0].reshape(-1) >= 0
-    ours, theirs = np.asarray(expected[3])[0][valid], np.asarray(got[3])[0][valid]
-    if ours.shape != theirs.shape:
-        return "the masks are %s in MXNet, %s in ONNX Runtime" % (ours.shape, theirs.shape)
-    gaps = np.abs(ours - theirs).reshape(len(ours), -1).max(axis=1) if len(ours) else np.zeros(0)
-    if gaps.size and gaps.max() > tolerance:
-        return "detection %d's mask differs by %.5f" % (int(gaps.argmax()), float(gaps.max()))
+    def rows(outputs):
+        ids, scores, boxes = (np.asarray(o)[0] for o in outputs[:3])
+        return [(index, int(c), float(s), b) for index, (c, s, b) in
+                enumerate(zip(ids.reshape(-1), scores.reshape(-1), boxes.reshape(-1, 4))) if c >= 0 and s >= 0]
+
+    ours, theirs = rows(expected), rows(got)
+    for index, cid, score, box in ours:
+        if sum(other[1] == cid and abs(other[2] - score) <= TIE for other in ours) > 1:
+            continue
+        match = [other for other in theirs if other[1] == cid and abs(other[2] - score) <= SCORE_TOLERANCE
+                 and np.abs(other[3] - box).max() <= BOX_TOLERANCE]
+        if not match:
+            continue  # difference() tells
+        mine, other = np.asarray(expected[3])[0][index], np.asarray(got[3])[0][match[0][0]]
+        if mine.shape != other.shape:
+            return "the masks are %s in MXNet, %s in ONNX Runtime" % (mine.shape, other.shape)
+        gap = float(np.abs(mine - other).max())
+        if gap > tolerance:
+            return "detection %d's mask differs by %.5f" % (index, gap)
     return None
 
 
@@ -409,21 +442,12 @@ def generated_images(classes, count=SAMPLE_IMAGES, seed=0):
     return [np.asarray(make_image(rng, list(classes))[0].convert("RGB")) for _ in range(count)]
 
 
-def session(model_bytes):
-    """An ONNX Runtime session of a serialized model, on the CPU."""
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3  # warnings about unused initializers are not the user's
-    return onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
-
-
 def verify(model, onnx_model, images, network, score_tol=SCORE_TOLERANCE):
     """OnnxExportError naming ``network`` and the first difference unless ONNX Runtime, running
     ``onnx_model``, answers what MXNet's ``model`` (inference.Model) answers on every image of
     ``images`` (RGB arrays), each prepared as inference prepares it."""
     try:
-        runtime = session(onnx_model.SerializeToString())
+        runtime = inference.onnx_session(onnx_model.SerializeToString())
     except Exception as exc:  # onnxruntime's own Fail, InvalidGraph, ...: a file it cannot load
         raise OnnxExportError("%s: ONNX Runtime cannot load the exported file (%s)." % (network, one_line(exc)),
                               "export with the pinned onnx and onnxruntime (constraints.txt).") from exc
@@ -434,7 +458,7 @@ def verify(model, onnx_model, images, network, score_tol=SCORE_TOLERANCE):
         onnx_outputs = runtime.run(None, {INPUT_NAME: data.asnumpy()})
         problem = difference(detections(mxnet_outputs, *size), detections(onnx_outputs, *size), score_tol)
         if problem is None and len(mxnet_outputs) > 3:
-            problem = mask_difference(mxnet_outputs, onnx_outputs, score_tol)
+            problem = mask_difference(mxnet_outputs, onnx_outputs)
         if problem:
             raise OnnxExportError(
                 "%s: the ONNX export answers differently from MXNet on sample image %d (%d x %d): %s."

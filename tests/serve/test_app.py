@@ -13,19 +13,24 @@ import requests
 from PIL import Image
 
 from conftest import wait_for
-from detector_training import inference
+from detector_training import inference, onnx_export
 from served import CLASSES, EVERYTHING, Served, bad_requests, encoded, shapes  # noqa: F401 (fixture)
 
 FAMILIES = ("faster_rcnn", "yolo3", "ssd", "mask_rcnn")
+RUNTIMES = ("mxnet", "onnxruntime")
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def served(request, trained_models, tmp_path_factory):
-    """(family, model directory, server with two workers) for each family."""
-    family = request.param
-    model_dir = trained_models[family]
+@pytest.fixture(scope="module", params=[(f, r) for f in FAMILIES for r in RUNTIMES], ids="-".join)
+def served(request, trained_models, exported_models, tmp_path_factory):
+    """(family, model directory, server with two workers) for each family and runtime: MXNet for
+    the model a job wrote (no ONNX export: ``auto`` runs MXNet), ONNX Runtime, asked for, for the
+    same model with its export."""
+    family, runtime = request.param
+    model_dir = trained_models[family] if runtime == "mxnet" else exported_models[family]
+    environ = {} if runtime == "mxnet" else {"DETECTOR_RUNTIME": runtime}
     server = Served(model_dir, tmp_path_factory.mktemp("serve") / "serve.log",
-                    SAGEMAKER_MODEL_SERVER_WORKERS="2")
+                    SAGEMAKER_MODEL_SERVER_WORKERS="2", **environ)
+    server.runtime = runtime
     try:
         server.wait_healthy()
         assert wait_for(lambda: server.log.count("loaded and warmed up") == 2, 120), server.log[-3000:]
@@ -34,22 +39,26 @@ def served(request, trained_models, tmp_path_factory):
         server.stop()
 
 
-def expected_detections(model_dir, body, cache={}):
-    """What the inference module finds in the image ``body`` at threshold 0 (the reference the
-    server must match), with the model loaded in this process."""
-    if model_dir not in cache:
-        cache[model_dir] = inference.load_model(model_dir)
-    return inference.detect_image(cache[model_dir], inference.decode_image(io.BytesIO(body)), 0.0)
+def expected_detections(model_dir, body, runtime="mxnet", cache={}):
+    """What the inference module finds in the image ``body`` at threshold 0 with ``runtime`` (the
+    reference the server must match), with the model loaded in this process."""
+    if (model_dir, runtime) not in cache:
+        cache[model_dir, runtime] = inference.load_model(model_dir, runtime=runtime)
+    return inference.detect_image(cache[model_dir, runtime], inference.decode_image(io.BytesIO(body)), 0.0)
 
 
 def test_each_worker_loads_its_model_and_mxnet_stays_out_of_the_master(served):
     family, model_dir, server = served
     log = server.log
     assert log.count("loaded and warmed up") == 2  # each of the two workers loads its own model
+    assert log.count("(runtime %s," % server.runtime) == 2
+    assert ("runtime onnxruntime (DETECTOR_RUNTIME=onnxruntime)" if server.runtime == "onnxruntime"
+            else "runtime mxnet (auto: the model has no ONNX export)") in log
     assert "serve: worker 0 (pid" in log and "serve: worker 1 (pid" in log and "1 CPU thread(s)" in log
     maps = lambda pid: open("/proc/%d/maps" % pid).read()
-    assert "libmxnet" not in maps(server.proc.pid)
-    assert all("libmxnet" in maps(pid) for pid in server.workers())
+    assert "libmxnet" not in maps(server.proc.pid) and "onnxruntime" not in maps(server.proc.pid)
+    assert all("libmxnet" in maps(pid) for pid in server.workers())  # the input is prepared with MXNet
+    assert all(("onnxruntime" in maps(pid)) == (server.runtime == "onnxruntime") for pid in server.workers())
     assert requests.get(server.url + "/execution-parameters", timeout=5).json() == {
         "MaxConcurrentTransforms": 2, "BatchStrategy": "SingleRecord", "MaxPayloadInMB": 6}
 
@@ -60,7 +69,7 @@ def test_default_answer_is_the_builtin_algorithms_form(served, shapes):
     answer = server.invoke(jpeg, "application/octet-stream", **EVERYTHING)  # the SDK's default request
     assert answer.status_code == 200 and answer.headers["Content-Type"] == "application/json"
     prediction = answer.json()["prediction"]
-    expected = expected_detections(model_dir, jpeg)
+    expected = expected_detections(model_dir, jpeg, server.runtime)
     assert len(prediction) == len(expected) > 0
     for row, det in zip(prediction, expected):
         assert row[0] == CLASSES.index(det["class"])
@@ -77,7 +86,7 @@ def test_verbose_answer_is_what_detector_predict_writes(served, shapes):
     answer = server.invoke(jpeg, Accept="application/json;verbose", **EVERYTHING)
     assert answer.status_code == 200
     found = answer.json()
-    expected = expected_detections(model_dir, jpeg)
+    expected = expected_detections(model_dir, jpeg, server.runtime)
     assert len(found) == len(expected) > 0
     assert [d["class"] for d in found] == [d["class"] for d in expected]
     np.testing.assert_allclose([d["box"] + [d["score"]] for d in found],
@@ -89,6 +98,23 @@ def test_verbose_answer_is_what_detector_predict_writes(served, shapes):
         assert all(set(d) == {"class", "score", "box"} for d in found)
 
 
+def test_each_runtime_answers_what_the_other_answers(served, shapes, trained_models, exported_models):
+    """Served by one runtime, the detections are the other's for the same model, computed in this
+    process (onnx_export's comparison: classes, scores within 0.001, boxes within 1 pixel), on the
+    shapes and on a picture of another aspect."""
+    family, model_dir, server = served
+    img, jpeg = shapes
+    tall = encoded(img.resize((img.width // 2, img.height * 2)), quality=95)
+    for body in (jpeg, tall):
+        found = server.invoke(body, Accept="application/json;verbose", **EVERYTHING).json()
+        if server.runtime == "onnxruntime":
+            mxnet, onnx = expected_detections(trained_models[family], body, "mxnet"), found
+        else:
+            mxnet, onnx = found, expected_detections(exported_models[family], body, "onnxruntime")
+        rows = [[(d["class"], d["score"], d["box"]) for d in answer] for answer in (mxnet, onnx)]
+        assert found and onnx_export.difference(*rows) is None, (rows[0][:3], rows[1][:3])
+
+
 def test_json_lines_and_custom_attributes(served, shapes):
     family, model_dir, server = served
     img, jpeg = shapes
@@ -96,7 +122,7 @@ def test_json_lines_and_custom_attributes(served, shapes):
                          **{"X-Amzn-SageMaker-Custom-Attributes": "threshold=0, max_detections=3"})
     assert line.status_code == 200 and line.headers["Content-Type"] == "application/jsonlines"
     assert line.content.endswith(b"\n") and line.content.count(b"\n") == 1
-    every = expected_detections(model_dir, jpeg)
+    every = expected_detections(model_dir, jpeg, server.runtime)
     assert len(json.loads(line.content)["prediction"]) == min(3, len(every))
     cut = every[len(every) // 2]["score"]
     kept = server.invoke(jpeg, **{"X-Amzn-SageMaker-Custom-Attributes": "threshold=%r" % cut}).json()
@@ -116,7 +142,7 @@ def test_grey_rgba_16_bit_and_cmyk_images_are_converted_not_refused(served, shap
     body = encoded(converted, fmt)
     answer = server.invoke(body, content_type, Accept="application/json;verbose", **EVERYTHING)
     assert answer.status_code == 200, answer.text
-    expected = expected_detections(model_dir, body)
+    expected = expected_detections(model_dir, body, server.runtime)
     assert [d["class"] for d in answer.json()] == [d["class"] for d in expected] and expected
 
 

@@ -47,14 +47,18 @@ SYMBOL_FILE = EXPORT_PREFIX + "-symbol.json"
 EXPORT_PARAMS = EXPORT_PREFIX + "-0000.params"
 
 EXPORT_FILES = (SYMBOL_FILE, EXPORT_PARAMS, CLASSES_FILE, CONFIG_FILE)  # what inference reads
+ONNX_FILE = "model.onnx"  # the ONNX export (onnx_export.py), beside the MXNet one
+ONNX_JSON = "onnx.json"  # how to feed model.onnx and read its outputs (docs/onnx.md)
+ONNX_FILES = (ONNX_FILE, ONNX_JSON)
 START_PARAMS = (BEST_PARAMS, FINAL_PARAMS)  # what fine-tuning starts from, in order of preference
 
 # What a model archive may hold: regular files and directories, bounded; the small JSON files
 # are read whole, so they are capped well below anything a real model writes.
-FILE_CAPS = {CLASSES_FILE: 1 << 20, CONFIG_FILE: 1 << 20, SYMBOL_FILE: 64 << 20}
+FILE_CAPS = {CLASSES_FILE: 1 << 20, CONFIG_FILE: 1 << 20, SYMBOL_FILE: 64 << 20, ONNX_JSON: 1 << 20}
 MODEL_LIMITS = archive.Limits(max_members=100_000, max_bytes=16 << 30, file_caps=FILE_CAPS)
 
 FIX = "use the model directory (or its model.tar.gz) that a training job wrote."
+ONNX_FIX = "export the model again with this image's detector-export-onnx (it rewrites both ONNX files)."
 
 
 class ModelDirectory:
@@ -130,6 +134,23 @@ class ExportedModel:
 def missing_files(directory, names=EXPORT_FILES):
     """Which of ``names`` are not regular files in ``directory``."""
     return [name for name in names if not os.path.isfile(os.path.join(directory, name))]
+
+
+def has_onnx(directory):
+    """Whether ``directory`` holds an ONNX export (both ONNX_FILES, regular files)."""
+    return not missing_files(directory, ONNX_FILES)
+
+
+def read_onnx_description(directory):
+    """``onnx.json`` of ``directory`` (an object: its fields are checked by the reader that runs
+    ``model.onnx``, inference.py); ModelError when it is missing, too large or not a JSON object."""
+    if not has_onnx(directory):
+        raise ModelError("the model has no ONNX export (%s)." % " + ".join(ONNX_FILES),
+                         "train with export_onnx=true, or run detector-export-onnx on the model.")
+    description = _read_json(os.path.join(directory, ONNX_JSON))
+    if not isinstance(description, dict):
+        raise ModelError("%s is not an object." % ONNX_JSON, ONNX_FIX)
+    return description
 
 
 def read_export(directory):

@@ -78,6 +78,10 @@ class DetectorFamily:
     # (short side to the last training scale, longer side capped, aspect kept) or "square"
     # (the square data shape: ``short``, else ``default_size(network)``).
     test_resize = "short"
+    # The runtime `serve` runs this family's models with on a CPU host when the model directory
+    # holds the verified ONNX export ("auto", serve/runtime.py): the faster one as measured by
+    # benchmarks/serving.py, per family (its table in benchmarks/README.md).
+    cpu_runtime = "mxnet"
     demo_defaults = {}
     demo_images = dict(n_train=120, n_test=48, n_train_2012=60)
     # Mixup: ratios from numpy.random.<name>(*args), and the weight of the losses while mixing.

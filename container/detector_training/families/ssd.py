@@ -51,6 +51,7 @@ class SSD(DetectorFamily):
     presets = {"voc": _PRESET, "coco": _PRESET}  # every data style
     options = ("final_fit",)
     test_resize = "square"  # as SquareValTransform: the data shape's square
+    cpu_runtime = "onnxruntime"  # faster than MXNet per benchmarks/serving.py (benchmarks/README.md)
     loss_names = LOSS_NAMES
     metric_names = ()
     # `make run-ssd`: the smallest of the four SSDs from scratch at a 128-pixel data shape on the

@@ -61,6 +61,7 @@ class YOLOv3(DetectorFamily):
     mixup_draw = ("beta", 1.5, 1.5)
     mixup_loss_weight = 1.0
     test_resize = "square"  # as SquareValTransform: the short x short square
+    cpu_runtime = "onnxruntime"  # faster than MXNet per benchmarks/serving.py (benchmarks/README.md)
     # `make run-yolo` (make run NETWORK=yolo3_mobilenet0.25_voc): the smallest YOLOv3 from scratch
     # at 128 pixels on the demo's images, with a warm-up, cosine decay and clipped gradients
     # (without clipping lr 0.01 at batch 8 diverges); benchmarks/learning.py measures it. From

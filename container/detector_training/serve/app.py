@@ -20,23 +20,26 @@ from detector_training.serve import formats
 LOG = logging.getLogger("detector_training.serve")
 
 
-def load_worker_model(env):
-    """The model of ``env.model_dir`` on this worker's device (GPU 0 of what the worker sees on a
-    GPU host: server.py pins each worker to one), after one warm-up forward pass, so that the
-    first request does not pay for MXNet's first-call set-up. InferenceError when it cannot be."""
+def load_worker_model(env, runtime=inference.MXNET):
+    """The model of ``env.model_dir`` run by ``runtime``: MXNet on this worker's device (GPU 0 of
+    what the worker sees on a GPU host: server.py pins each worker to one), or ONNX Runtime with
+    the worker's share of the cores as its threads; after one warm-up forward pass, so that the
+    first request does not pay for the runtime's first-call set-up. InferenceError when it cannot
+    be."""
     import mxnet as mx
     import numpy as np
 
     started = time.time()
-    model = inference.load_model(env.model_dir, mx.gpu(0) if env.gpus else mx.cpu())
+    model = inference.load_model(env.model_dir, mx.gpu(0) if env.gpus else mx.cpu(), runtime,
+                                 threads=env.threads_per_worker)
     grey = np.full((model.short, model.short * 4 // 3, 3), 127, dtype=np.uint8)
     try:
         inference.detect_image(model, grey, threshold=1.0)
     except Exception as exc:  # MXNetError and friends: an export that loads but cannot run
         raise inference.InferenceError("invalid model %s: its warm-up forward pass failed (%s)"
                                        % (env.model_dir, one_line(exc))) from exc
-    LOG.info("serve: model %s loaded and warmed up in %.1f s (classes %s, short %d, max_size %d)",
-             env.model_dir, time.time() - started, ", ".join(model.classes), model.short,
+    LOG.info("serve: model %s loaded and warmed up in %.1f s (runtime %s, classes %s, short %d, max_size %d)",
+             env.model_dir, time.time() - started, model.runtime, ", ".join(model.classes), model.short,
              model.max_size)
     return model
 

@@ -4,8 +4,9 @@ SageMaker's: ``SAGEMAKER_BIND_TO_PORT`` (default 8080), ``SAGEMAKER_MODEL_SERVER
 ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` (seconds, default 60), and for batch transform
 ``SAGEMAKER_BATCH``, ``SAGEMAKER_MAX_PAYLOAD_IN_MB``, ``SAGEMAKER_BATCH_STRATEGY`` and
 ``SAGEMAKER_MAX_CONCURRENT_TRANSFORMS``. Ours: ``DETECTOR_SCORE_THRESHOLD`` (default 0.5) and
-``DETECTOR_MAX_DETECTIONS`` (default 100), the defaults of the request's custom attributes, and
-``DETECTOR_MODEL_DIR`` (default ``/opt/ml/model``).
+``DETECTOR_MAX_DETECTIONS`` (default 100), the defaults of the request's custom attributes,
+``DETECTOR_MODEL_DIR`` (default ``/opt/ml/model``) and ``DETECTOR_RUNTIME`` (``auto``, the
+default, ``mxnet`` or ``onnxruntime``: serve/runtime.py).
 
 Workers: one per GPU on a GPU host, each pinned to its device. On CPU, one worker per core, each
 with one OpenMP thread, so that workers never fight for the same cores (benchmarks/serving.py
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from detector_training import settings
 from detector_training.errors import ConfigError
 from detector_training.inference import DEFAULT_MAX_DETECTIONS, DEFAULT_THRESHOLD
+from detector_training.serve.runtime import AUTO, CHOICES as RUNTIME_CHOICES
 from detector_training.values import parse_detection_count, parse_int, parse_score_threshold
 
 MODEL_DIR = "/opt/ml/model"
@@ -42,6 +44,7 @@ class ServeEnvironment:
     batch: bool
     threshold: float
     max_detections: int
+    runtime: str = AUTO  # as set (serve/runtime.py chooses for "auto")
 
     @property
     def max_payload_bytes(self):
@@ -77,6 +80,7 @@ def read_environment(environ, cpu_count, gpu_count):
         threshold=_setting(environ, settings.name("SCORE_THRESHOLD"), THRESHOLD, parse_score_threshold),
         max_detections=_setting(environ, settings.name("MAX_DETECTIONS"), MAX_DETECTIONS,
                                 parse_detection_count),
+        runtime=_choice(environ, settings.name("RUNTIME"), AUTO, RUNTIME_CHOICES),
     )
 
 
@@ -93,6 +97,16 @@ def _integer(environ, name, default, low, high=None):
         raise ConfigError("%s=%r is not %s." % (name, raw, allowed),
                           "set %s to %s, or leave it unset." % (name, allowed))
     return value
+
+
+def _choice(environ, name, default, choices):
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() not in choices:
+        raise ConfigError("%s=%r is not one of %s." % (name, raw, ", ".join(choices)),
+                          "set %s to one of them, or leave it unset (%s)." % (name, default))
+    return raw.lower()
 
 
 def _setting(environ, name, default, parser):

@@ -3,7 +3,8 @@
 The master process never imports MXNet: it reads the settings, checks the model directory (its
 files and JSON, a network this image serves) and forks the workers. Each worker, after the fork,
 gets its threads (CPU) or its one GPU through the environment MXNet reads when it starts, then
-loads the model and runs a warm-up pass (``app.load_worker_model``). A worker that cannot load
+loads the model with the runtime the master chose (serve/runtime.py) and runs a warm-up pass
+(``app.load_worker_model``). A worker that cannot load
 the model exits with gunicorn's boot-error status, on which gunicorn stops the whole server: a
 broken model is an error in the log and a server that never answers ``/ping``. A worker past
 SAGEMAKER_MODEL_SERVER_TIMEOUT in a request is ended by gunicorn's master, that request answered
@@ -33,6 +34,7 @@ from detector_training.errors import ConfigError
 from detector_training.families import family_of
 from detector_training.job.stop import begin_exit
 from detector_training.serve.environment import read_environment
+from detector_training.serve.runtime import choose as choose_runtime
 
 LOG = logging.getLogger("detector_training.serve")
 GRACEFUL_TIMEOUT = 20  # seconds for requests in flight after SIGTERM; SageMaker kills at 30
@@ -51,7 +53,8 @@ def visible_gpus(environ):
 
 def check_model(model_dir):
     """Refuse, before any worker starts, a model directory that lacks a file, has unreadable
-    JSON, or was trained for a network this image does not serve. InferenceError says which."""
+    JSON, or was trained for a network this image does not serve. InferenceError says which;
+    the export (model_dir.read_export) otherwise."""
     export, _short, _max_size = inference.read_model_directory(model_dir)
     network = export.config.get("network")
     try:
@@ -59,6 +62,7 @@ def check_model(model_dir):
     except (KeyError, TypeError):
         raise inference.InferenceError("invalid model %s: config.json names network %r, which this "
                                        "image does not serve" % (model_dir, network)) from None
+    return export
 
 
 def worker_environment(index, env, gpus):
@@ -111,9 +115,10 @@ class Worker(SyncWorker):
 class Server(BaseApplication):
     """gunicorn configured from :class:`ServeEnvironment`, loading the model in each worker."""
 
-    def __init__(self, env, gpus):
+    def __init__(self, env, gpus, runtime=inference.MXNET):
         self.env = env
         self.gpus = gpus
+        self.runtime = runtime
         super().__init__(prog="serve")
 
     def load_config(self):
@@ -138,7 +143,7 @@ class Server(BaseApplication):
         from detector_training.serve.app import create_app, load_worker_model
 
         try:
-            model = load_worker_model(self.env)
+            model = load_worker_model(self.env, self.runtime)
         except inference.InferenceError as exc:
             LOG.error("serve: error: %s", exc)
             sys.exit(Arbiter.WORKER_BOOT_ERROR)  # gunicorn then stops the server
@@ -172,15 +177,15 @@ def main():
     gpus = visible_gpus(environ)
     try:
         env = read_environment(environ, len(os.sched_getaffinity(0)), len(gpus))
-        check_model(env.model_dir)
+        runtime, why = choose_runtime(env.runtime, check_model(env.model_dir), len(gpus))
     except (ConfigError, inference.InferenceError) as exc:
         LOG.error("serve: error: %s", exc)
         return 2
-    LOG.info("serve: %s on port %d, %d worker(s), timeout %d s, payload up to %d MB%s",
+    LOG.info("serve: %s on port %d, %d worker(s), timeout %d s, payload up to %d MB%s; runtime %s (%s)",
              env.model_dir, env.port, env.workers, env.timeout, env.max_payload_mb,
-             " (batch transform)" if env.batch else "")
+             " (batch transform)" if env.batch else "", runtime, why)
     try:
-        Server(env, gpus).run()
+        Server(env, gpus, runtime).run()
     except HaltServer as halt:  # gunicorn raises it again when a second worker fails to boot as it stops
         LOG.error("serve: stopped: %s", halt.reason)
         return halt.exit_status
