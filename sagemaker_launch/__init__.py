@@ -11,8 +11,9 @@ from .evaluation import compare, evaluate, read_evaluation
 from .job import (JobSpec, LaunchError, build_estimator, check_data, check_inputs,
                   hyperparameters_for, launch, manifest_inputs, processes_per_host)
 from .results import download_model, summary
+from .run_onnx import detect as detect_onnx
 from .tuning import build_tuner
 
 __all__ = ["JobSpec", "LaunchError", "build_estimator", "check_data", "check_inputs", "hyperparameters_for", "launch", "manifest_inputs",
            "processes_per_host", "build_tuner", "download_model", "summary", "DetectorPredictor",
-           "deploy", "transform", "evaluate", "compare", "read_evaluation"]
+           "deploy", "transform", "evaluate", "compare", "read_evaluation", "detect_onnx"]

@@ -6,7 +6,9 @@ from urllib.parse import urlparse
 
 
 def download_model(model_data, directory):
-    """Unpack ``model_data`` (file:// or s3:// URI of model.tar.gz) into ``directory``; return it."""
+    """Unpack ``model_data`` (file:// or s3:// URI of model.tar.gz) into ``directory``; return it.
+    A job run with ``export_onnx=true`` also wrote ``model.onnx`` and ``onnx.json``: they come along
+    (``summary(directory)["onnx_model"]``, ``detect_onnx(directory, image)``)."""
     os.makedirs(directory, exist_ok=True)
     parsed = urlparse(model_data)
     if parsed.scheme == "s3":
@@ -32,6 +34,7 @@ def summary(directory):
     if os.path.exists(path):
         with open(path) as handle:
             validation = json.load(handle)
+    onnx = os.path.join(directory, "model.onnx")
     return {
         "curves": os.path.join(directory, "training_curves.png"),
         "per_class_table": os.path.join(directory, "per_class_ap.md"),
@@ -40,4 +43,6 @@ def summary(directory):
         "confusion_matrix": os.path.join(directory, "confusion_matrix.png"),
         "validation_images": os.path.join(directory, "validation_images.png"),
         "mAP": validation.get("mAP"),
+        # model.onnx, for detect_onnx (docs/onnx.md), when the job exported it with its onnx.json
+        "onnx_model": onnx if os.path.exists(onnx) and os.path.exists(os.path.join(directory, "onnx.json")) else None,
     }

@@ -187,10 +187,14 @@ def test_a_job_with_export_onnx_writes_the_verified_file_into_its_model_director
 
 
 def doc_script():
-    """The Python block of docs/onnx.md, as written."""
+    """The Python block of docs/onnx.md, as written: sagemaker_launch/run_onnx.py's text, byte for
+    byte (the launcher's detect_onnx is that file, so the two cannot drift apart)."""
     text = open(os.path.join(ROOT, "docs", "onnx.md"), encoding="utf-8").read()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) == 1, "docs/onnx.md should hold one Python block"
+    with open(os.path.join(ROOT, "sagemaker_launch", "run_onnx.py"), "rb") as handle:
+        module = handle.read()
+    assert blocks[0].encode("utf-8") == module, "docs/onnx.md's block differs from sagemaker_launch/run_onnx.py"
     return blocks[0]
 
 

@@ -1,6 +1,7 @@
 """The example notebook runs top to bottom in SageMaker local mode with the CPU image: train, look
-at the result, evaluate the model on a second data set and compare, deploy, predict one image,
-draw it, delete the endpoint."""
+at the result, run the job's ONNX file here without MXNet, evaluate the model on a second data set
+and compare, deploy, predict one image, draw it, delete the endpoint; the ONNX file answers what
+the endpoint answers."""
 
 import os
 import re
@@ -13,6 +14,42 @@ from nbclient import NotebookClient
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE = os.environ.get("IMAGE", "detector-training:cpu")
+
+
+# One detection as the notebook prints it: class, score, box rounded to pixels.
+DETECTION = re.compile(r"^(circle|square|triangle) +([01]\.\d\d) \[(\d+), (\d+), (\d+), (\d+)\]$", re.M)
+
+
+def code_cell(nb, text):
+    """The one code cell whose source holds ``text``."""
+    found = [cell for cell in nb.cells if cell.cell_type == "code" and text in cell.source]
+    assert len(found) == 1, "%d code cells hold %r" % (len(found), text)
+    return found[0]
+
+
+def stream_text(cell, names=("stdout", "stderr")):
+    """What the cell printed (on ``names``)."""
+    return "".join(o.get("text", "") for o in cell.outputs
+                   if o.get("output_type") == "stream" and o.get("name") in names)
+
+
+def detections(text):
+    """(class, score, box) of each detection line in ``text``, in order."""
+    return [(m[0], float(m[1]), [int(v) for v in m[2:]]) for m in DETECTION.findall(text)]
+
+
+def assert_same_detections(onnx_text, served_text):
+    """The ONNX file's detections (detect_onnx, here) are the endpoint's (serve, MXNet, in the
+    image): 1 to 5, the same classes in the same order, scores within 0.01 and boxes within 1 pixel
+    as printed."""
+    onnx, served = detections(onnx_text), detections(served_text)
+    assert len(onnx) == len(onnx_text.splitlines()), onnx_text  # it prints the detections, only them
+    assert 1 <= len(served) <= 5, served_text[-3000:]  # at most max_detections, with class names
+    assert len(onnx) == len(served), (onnx_text[-3000:], served_text[-3000:])
+    assert [d[0] for d in onnx] == [d[0] for d in served], (onnx, served)
+    for (_, onnx_score, onnx_box), (_, served_score, served_box) in zip(onnx, served):
+        assert abs(onnx_score - served_score) <= 0.01 + 1e-9, (onnx, served)
+        assert max(abs(a - b) for a, b in zip(onnx_box, served_box)) <= 1, (onnx, served)
 
 
 def image_present():
@@ -52,13 +89,14 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
         NotebookClient(nb, timeout=1200, kernel_name="python3",
                        resources={"metadata": {"path": str(tmp_path)}}).execute()
     finally:
+        nbformat.write(nb, str(tmp_path / "executed.ipynb"))  # kept when the test fails
         ids = subprocess.run(["docker", "ps", "-aq", "--filter",
                               "label=com.docker.compose.project=%s" % project],
                              capture_output=True, text=True, check=True).stdout.split()
         if ids:
             subprocess.run(["docker", "rm", "-f"] + ids, capture_output=True, check=True)
     assert len(ids) == 3, "training, evaluation and serving ran %d containers under %s" % (len(ids), project)
-    last = nb.cells[5]
+    last = code_cell(nb, "result = summary(download_model(")
     kinds = {o.get("output_type") for o in last.outputs}
     assert "display_data" in kinds  # the curves image and the AP table were displayed
     mimes = {m for o in last.outputs if o.get("output_type") == "display_data" for m in o["data"]}
@@ -67,7 +105,7 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
     text = "".join(o.get("text", "") for o in last.outputs if o.get("output_type") == "stream")
     assert "mAP:" in text
     assert len(list(output.rglob("model.tar.gz"))) == 2  # the training job's, the evaluation's
-    evaluated = nb.cells[7]
+    evaluated = code_cell(nb, "evaluate(estimator.model_data")
     pictures = [o for o in evaluated.outputs if o.get("output_type") == "display_data"
                 and "image/png" in o["data"]]
     assert len(pictures) == 2  # the evaluation's precision-recall curves, the comparison
@@ -75,9 +113,9 @@ def test_example_notebook_executes_in_local_mode(tmp_path, monkeypatch):
     assert "| class | validation | second data set | difference |" in printed, printed[-3000:]
     assert re.search(r"^\| mAP \| \d\.\d{4} \| \d\.\d{4} \| [+-]\d\.\d{4} \|$", printed, re.M), printed
     assert (tmp_path / "compare.png").stat().st_size > 0
-    served = nb.cells[-1]
+    served = code_cell(nb, "predictor.detect(")
     assert "image/png" in {m for o in served.outputs if o.get("output_type") == "display_data" for m in o["data"]}
-    printed = "".join(o.get("text", "") for o in served.outputs if o.get("output_type") == "stream")
-    found = re.findall(r"^(circle|square|triangle) +[01]\.\d\d \[\d+, \d+, \d+, \d+\]$", printed, re.M)
-    assert 1 <= len(found) <= 5, printed[-3000:]  # at most max_detections, with class names
     assert (tmp_path / "detections.png").stat().st_size > 0
+    # The job's model.onnx, run in the notebook's own Python (onnxruntime, no MXNet), answers what
+    # the endpoint answered: the same picture, threshold 0, the best 5.
+    assert_same_detections(stream_text(code_cell(nb, "detect_onnx("), ["stdout"]), stream_text(served))
