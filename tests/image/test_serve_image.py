@@ -19,6 +19,7 @@ import requests
 from PIL import Image
 
 from conftest import require_image, wait_for
+from detector_training import families, inference, onnx_export
 from detector_training.data.generated.synthetic_voc import make_image
 
 IMAGE = os.environ.get("IMAGE", "detector-training:cpu")
@@ -100,16 +101,25 @@ def test_the_image_says_it_accepts_a_port_from_sagemaker(image):
 
 
 @pytest.mark.parametrize("family", ["faster_rcnn", "yolo3", "mask_rcnn"])
-def test_docker_run_serve_answers_for_each_family_and_stops_on_sigterm(image, trained_models, jpeg, family):
-    container = Container(image, trained_models[family])
+def test_docker_run_serve_answers_for_each_family_and_stops_on_sigterm(image, trained_models, exported_models,
+                                                                       jpeg, family):
+    """Each family's model with its ONNX export, served as the image decides by default (its
+    family's faster runtime on a CPU), answering MXNet's detections."""
+    container = Container(image, exported_models[family])
     try:
         container.wait_healthy()
+        runtime = families.get(json.load(open(os.path.join(exported_models[family], "config.json")))["network"]).cpu_runtime
+        assert "runtime %s (auto: the model has an ONNX export" % runtime in container.logs()
         answer = container.invoke(jpeg, **EVERYTHING)  # what the SDK's default predictor sends
         assert answer.status_code == 200, answer.text
         prediction = answer.json()["prediction"]
         assert prediction and all(len(row) == 6 and row[0] in (0, 1, 2) for row in prediction)
         verbose = container.invoke(jpeg, "image/jpeg", Accept="application/json;verbose", **EVERYTHING).json()
         assert len(verbose) == len(prediction)  # the same detections, named
+        model = inference.load_model(trained_models[family])  # MXNet, in this process
+        expected = inference.detect_image(model, inference.decode_image(io.BytesIO(jpeg)), 0.0)
+        rows = [[(d["class"], d["score"], d["box"]) for d in found] for found in (expected, verbose)]
+        assert onnx_export.difference(*rows) is None
         assert {d["class"] for d in verbose} <= set(CLASSES)
         fields = {"class", "score", "box"} | ({"mask"} if family == "mask_rcnn" else set())
         assert all(set(d) == fields and len(d["box"]) == 4 for d in verbose), verbose[:3]

@@ -31,7 +31,7 @@ def export_of(tmp_path, network, onnx):
 
 @pytest.mark.parametrize("network, chosen", [
     ("ssd_512_mobilenet1.0_voc", "onnxruntime"), ("yolo3_mobilenet0.25_custom", "onnxruntime"),
-    ("faster_rcnn_resnet18_v1b_voc", "mxnet"), ("mask_rcnn_fpn_resnet18_v1b_coco", "mxnet")])
+    ("faster_rcnn_resnet18_v1b_voc", "onnxruntime"), ("mask_rcnn_fpn_resnet18_v1b_coco", "mxnet")])
 def test_auto_runs_the_export_where_its_family_declares_onnx_runtime_the_faster(tmp_path, network, chosen):
     assert families.get(network).cpu_runtime == chosen
     assert runtime.choose("auto", export_of(tmp_path, network, onnx=True), gpus=0)[0] == chosen

@@ -26,6 +26,7 @@ METRIC_NAMES = ("rpn_acc", "rpn_l1", "rcnn_acc", "rcnn_l1")
 
 class FasterRCNN(DetectorFamily):
     name = "faster_rcnn"
+    cpu_runtime = "onnxruntime"  # faster than MXNet per benchmarks/serving.py (benchmarks/README.md)
     # GluonCV's model zoo names, and a small network of ours for CPU runs (OWN_NETWORKS).
     networks = (
         "faster_rcnn_resnet50_v1b_voc",

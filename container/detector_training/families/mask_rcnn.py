@@ -31,6 +31,7 @@ MASK_PREDICTOR_STD = 0.001  # Detectron's (and detectron2's) mask predictor init
 
 class MaskRCNN(FasterRCNN):
     name = "mask_rcnn"
+    cpu_runtime = "mxnet"  # ONNX Runtime measured slower for Mask R-CNN (benchmarks/README.md, Serving)
     networks = (
         "mask_rcnn_resnet18_v1b_coco",
         "mask_rcnn_fpn_resnet18_v1b_coco",  # from scratch on 128-256 px images: CPU tests and demo
