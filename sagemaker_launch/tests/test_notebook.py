@@ -39,17 +39,19 @@ def detections(text):
 
 
 def assert_same_detections(onnx_text, served_text):
-    """The ONNX file's detections (detect_onnx, here) are the endpoint's (serve, MXNet, in the
-    image): 1 to 5, the same classes in the same order, scores within 0.01 and boxes within 1 pixel
-    as printed."""
+    """The ONNX file's detections (detect_onnx, here) are the endpoint's (serve, in the image): 1 to
+    5, each with its own of the same class, score within 0.01 and box within 1 pixel as printed, in
+    any order (the tiny model's scores lie 0.0003 apart: two may trade places)."""
     onnx, served = detections(onnx_text), detections(served_text)
     assert len(onnx) == len(onnx_text.splitlines()), onnx_text  # it prints the detections, only them
     assert 1 <= len(served) <= 5, served_text[-3000:]  # at most max_detections, with class names
     assert len(onnx) == len(served), (onnx_text[-3000:], served_text[-3000:])
-    assert [d[0] for d in onnx] == [d[0] for d in served], (onnx, served)
-    for (_, onnx_score, onnx_box), (_, served_score, served_box) in zip(onnx, served):
-        assert abs(onnx_score - served_score) <= 0.01 + 1e-9, (onnx, served)
-        assert max(abs(a - b) for a, b in zip(onnx_box, served_box)) <= 1, (onnx, served)
+    left = list(served)
+    for name, score, box in onnx:
+        same = [d for d in left if d[0] == name and abs(d[1] - score) <= 0.01 + 1e-9
+                and max(abs(a - b) for a, b in zip(d[2], box)) <= 1]
+        assert same, ((name, score, box), onnx, served)
+        left.remove(same[0])
 
 
 def image_present():
