@@ -29,6 +29,7 @@ def test_ping_turns_healthy_only_after_the_warm_up(trained_models, tmp_path):
         assert seen[-1] == (200, True)
         assert all(status != 200 for status, _warm in seen[:-1])
         assert any(status is None for status, _warm in seen)  # it was polled before it could answer
+        assert "runtime mxnet (auto: the model has no ONNX export)" in server.log  # a job without export_onnx
     finally:
         server.stop()
 
