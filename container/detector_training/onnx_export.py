@@ -373,8 +373,7 @@ def difference(expected, got, score_tol=SCORE_TOLERANCE, box_tol=BOX_TOLERANCE, 
 
     edge = threshold if cut is None else max(threshold, cut)
     ours = [row for row in expected if row[1] >= threshold]
-    tied = [row for row in ours
-            if sum(other[0] == row[0] and abs(other[1] - row[1]) <= TIE for other in ours) > 1]
+    tied = [row for row in ours if _ties(ours, row) > 1]
     left = [row for row in got if row[1] >= threshold]
     swaps = []
     for rank, row in enumerate(ours):
@@ -389,27 +388,33 @@ def difference(expected, got, score_tol=SCORE_TOLERANCE, box_tol=BOX_TOLERANCE, 
                 rank, row[0], row[1], _box(row[2]),
                 "" if close is None else " (nearest: class %s, score %.5f)" % (close[0], close[1]))
         best = min(candidates, key=lambda other: box_gap(row, other))
-        if box_gap(row, best) > box_tol and row[1] < edge + score_tol:
+        gap = box_gap(row, best)
+        if gap > box_tol and row[1] < edge + score_tol:
             continue  # its own fell past the edge on the other side; this is the next one's
-        if box_gap(row, best) > box_tol:
+        if gap > box_tol:
             rival = max(candidates, key=lambda other: _iou(row[2], other[2]))
             if _iou(row[2], rival[2]) > NMS_OVERLAP and len(swaps) < max(2, len(ours) // 10):
                 swaps.append(row)  # two near-equal rivals: NMS kept the other one there
                 left.remove(rival)
                 continue
             return "MXNet's detection %d (class %s, score %.5f) has its box %.2f pixels away in ONNX Runtime (%s, %s)%s" % (
-                rank, row[0], row[1], box_gap(row, best), _box(row[2]), _box(best[2]),
+                rank, row[0], row[1], gap, _box(row[2]), _box(best[2]),
                 " (and %d earlier rivals swapped)" % len(swaps) if swaps else "")
         left.remove(best)
     for row in tied:
         if row[1] >= edge + score_tol and not any(near(row, other) for other in left):
             return "MXNet's %d tied detections of class %s, score %.5f have no counterpart in ONNX Runtime" % (
-                sum(other[0] == row[0] and abs(other[1] - row[1]) <= TIE for other in tied), row[0], row[1])
+                _ties(tied, row), row[0], row[1])
     extra = [row for row in left if row[1] >= edge + score_tol and not any(near(row, other) for other in tied)]
     if extra:
         return "ONNX Runtime answers %d detection(s) MXNet does not, the first class %s, score %.5f, box %s" % (
             len(extra), extra[0][0], extra[0][1], _box(extra[0][2]))
     return None
+
+
+def _ties(rows, row):
+    """How many of ``rows`` ((class, score, ...)) have ``row``'s class and its score within TIE."""
+    return sum(other[0] == row[0] and abs(other[1] - row[1]) <= TIE for other in rows)
 
 
 def _iou(a, b):
@@ -427,20 +432,21 @@ def mask_difference(expected, got, tolerance=MASK_TOLERANCE):
     tied score pairs nothing) are within ``tolerance`` everywhere."""
     import numpy as np
 
-    def rows(outputs):
+    def rows(outputs):  # (class, score, box, row index) of the valid rows
         ids, scores, boxes = (np.asarray(o)[0] for o in outputs[:3])
-        return [(index, int(c), float(s), b) for index, (c, s, b) in
+        return [(int(c), float(s), b, index) for index, (c, s, b) in
                 enumerate(zip(ids.reshape(-1), scores.reshape(-1), boxes.reshape(-1, 4))) if c >= 0 and s >= 0]
 
     ours, theirs = rows(expected), rows(got)
-    for index, cid, score, box in ours:
-        if sum(other[1] == cid and abs(other[2] - score) <= TIE for other in ours) > 1:
+    for row in ours:
+        cid, score, box, index = row
+        if _ties(ours, row) > 1:
             continue
-        match = [other for other in theirs if other[1] == cid and abs(other[2] - score) <= SCORE_TOLERANCE
-                 and np.abs(other[3] - box).max() <= BOX_TOLERANCE]
+        match = [other for other in theirs if other[0] == cid and abs(other[1] - score) <= SCORE_TOLERANCE
+                 and np.abs(other[2] - box).max() <= BOX_TOLERANCE]
         if not match:
             continue  # difference() tells
-        mine, other = np.asarray(expected[3])[0][index], np.asarray(got[3])[0][match[0][0]]
+        mine, other = np.asarray(expected[3])[0][index], np.asarray(got[3])[0][match[0][3]]
         if mine.shape != other.shape:
             return "the masks are %s in MXNet, %s in ONNX Runtime" % (mine.shape, other.shape)
         gap = float(np.abs(mine - other).max())

@@ -80,7 +80,7 @@ def read_environment(environ, cpu_count, gpu_count):
         threshold=_setting(environ, settings.name("SCORE_THRESHOLD"), THRESHOLD, parse_score_threshold),
         max_detections=_setting(environ, settings.name("MAX_DETECTIONS"), MAX_DETECTIONS,
                                 parse_detection_count),
-        runtime=_choice(environ, settings.name("RUNTIME"), AUTO, RUNTIME_CHOICES),
+        runtime=_setting(environ, settings.name("RUNTIME"), AUTO, _one_of(RUNTIME_CHOICES)),
     )
 
 
@@ -99,18 +99,17 @@ def _integer(environ, name, default, low, high=None):
     return value
 
 
-def _choice(environ, name, default, choices):
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    if raw.lower() not in choices:
-        raise ConfigError("%s=%r is not one of %s." % (name, raw, ", ".join(choices)),
-                          "set %s to one of them, or leave it unset (%s)." % (name, default))
-    return raw.lower()
+def _one_of(choices):
+    """A parser (for ``_setting``) of a value that is one of ``choices``, in any case."""
+    def parse(raw):
+        if raw.lower() not in choices:
+            raise ValueError("one of %s" % ", ".join(choices))
+        return raw.lower()
+    return parse
 
 
 def _setting(environ, name, default, parser):
-    """A value read by ``parser`` (values.parse_score_threshold, parse_detection_count)."""
+    """A value read by ``parser`` (values.parse_score_threshold, parse_detection_count, _one_of)."""
     raw = environ.get(name, "").strip()
     if not raw:
         return default

@@ -12,10 +12,9 @@ Both answer the same detections: the export is refused unless ONNX Runtime answe
 answers (onnx_export.py).
 """
 
-from detector_training import inference
+from detector_training import families, inference
 from detector_training.core import model_dir
 from detector_training.errors import ConfigError
-from detector_training import families
 
 AUTO = "auto"
 CHOICES = (AUTO,) + inference.RUNTIMES
