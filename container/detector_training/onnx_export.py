@@ -291,12 +291,16 @@ def convert(symbol, params, data_shape, dynamic):
 
 
 def finish(graph, output_order):
-    """A ModelProto of a converted ``graph``: weights no longer listed as inputs, every node
-    uniquely named, outputs in the network's order (``output_order``, MXNet's names), opset and IR
-    versions ONNX Runtime loads."""
+    """A ModelProto of a converted ``graph``: weights no longer listed as inputs, constants no node
+    reads dropped (ONNX Runtime warns of each at every load), every node uniquely named, outputs in
+    the network's order (``output_order``, MXNet's names), opset and IR versions ONNX Runtime loads."""
     import onnx
     from onnx import helper
 
+    used = _read_names(graph) | {value.name for value in graph.output}
+    kept = [tensor for tensor in graph.initializer if tensor.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
     weights = {tensor.name for tensor in graph.initializer}
     inputs = [value for value in graph.input if value.name not in weights]
     del graph.input[:]
@@ -317,6 +321,17 @@ def finish(graph, output_order):
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     return model
+
+
+def _read_names(graph):
+    """The names of the tensors the nodes of ``graph`` and of its subgraphs read."""
+    names = set()
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for subgraph in list(attribute.graphs) + ([attribute.g] if attribute.HasField("g") else []):
+                names |= _read_names(subgraph)
+    return names
 
 
 def _onnx_output_name(mxnet_name, names):
