@@ -271,28 +271,25 @@ def copy_export(source, destination):
 
 
 class ExportedModels:
-    """Each family's SERVED_JOBS model with its ONNX export (onnx_export.py), copied and exported
-    once for the session (two generated sample images for Mask R-CNN, whose forward pass is the
-    slowest): what the ONNX tests and serving by ONNX Runtime use."""
+    """Model directories of 2-epoch SERVED_JOBS jobs run with ``export_onnx=true`` (the job writes
+    and verifies model.onnx and onnx.json beside the MXNet files), each trained on first use and
+    kept for the session: what the ONNX tests and serving by ONNX Runtime use."""
 
-    def __init__(self, models, root):
-        self.models, self.root, self.dirs = models, root, {}
+    def __init__(self, root):
+        self.root, self.dirs = root, {}
 
     def __getitem__(self, family):
         if family not in self.dirs:
-            from detector_training import inference, onnx_export
-
-            directory = copy_export(self.models[family], self.root / family)
-            model = inference.load_model(directory)
-            images = onnx_export.generated_images(model.classes, 2 if family == "mask_rcnn" else 4)
-            onnx_export.export_model_directory(directory, images)
-            self.dirs[family] = directory
+            hyperparameters, n_train, n_test = SERVED_JOBS[family]
+            base = trained_job(self.root / family, dict(hyperparameters, epochs="2", export_onnx="true"),
+                               n_train, n_test)
+            self.dirs[family] = os.path.join(base, "model")
         return self.dirs[family]
 
 
 @pytest.fixture(scope="session")
-def exported_models(trained_models, tmp_path_factory):
-    return ExportedModels(trained_models, tmp_path_factory.mktemp("onnx"))
+def exported_models(tmp_path_factory):
+    return ExportedModels(tmp_path_factory.mktemp("onnx"))
 
 
 # Real exports exactly as their tools wrote them, with their licences, beside the project

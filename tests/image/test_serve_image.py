@@ -101,8 +101,7 @@ def test_the_image_says_it_accepts_a_port_from_sagemaker(image):
 
 
 @pytest.mark.parametrize("family", ["faster_rcnn", "yolo3", "mask_rcnn"])
-def test_docker_run_serve_answers_for_each_family_and_stops_on_sigterm(image, trained_models, exported_models,
-                                                                       jpeg, family):
+def test_docker_run_serve_answers_for_each_family_and_stops_on_sigterm(image, exported_models, jpeg, family):
     """Each family's model with its ONNX export, served as the image decides by default (its
     family's faster runtime on a CPU), answering MXNet's detections."""
     container = Container(image, exported_models[family])
@@ -116,7 +115,7 @@ def test_docker_run_serve_answers_for_each_family_and_stops_on_sigterm(image, tr
         assert prediction and all(len(row) == 6 and row[0] in (0, 1, 2) for row in prediction)
         verbose = container.invoke(jpeg, "image/jpeg", Accept="application/json;verbose", **EVERYTHING).json()
         assert len(verbose) == len(prediction)  # the same detections, named
-        model = inference.load_model(trained_models[family])  # MXNet, in this process
+        model = inference.load_model(exported_models[family])  # MXNet, in this process
         expected = inference.detect_image(model, inference.decode_image(io.BytesIO(jpeg)), 0.0)
         rows = [[(d["class"], d["score"], d["box"]) for d in found] for found in (expected, verbose)]
         assert onnx_export.difference(*rows) is None

@@ -21,15 +21,13 @@ RUNTIMES = ("mxnet", "onnxruntime")
 
 
 @pytest.fixture(scope="module", params=[(f, r) for f in FAMILIES for r in RUNTIMES], ids="-".join)
-def served(request, trained_models, exported_models, tmp_path_factory):
-    """(family, model directory, server with two workers) for each family and runtime: MXNet for
-    the model a job wrote (no ONNX export: ``auto`` runs MXNet), ONNX Runtime, asked for, for the
-    same model with its export."""
+def served(request, exported_models, tmp_path_factory):
+    """(family, model directory, server with two workers) for each family and runtime: a model a
+    job wrote with its ONNX export, served by the runtime DETECTOR_RUNTIME asks for."""
     family, runtime = request.param
-    model_dir = trained_models[family] if runtime == "mxnet" else exported_models[family]
-    environ = {} if runtime == "mxnet" else {"DETECTOR_RUNTIME": runtime}
+    model_dir = exported_models[family]
     server = Served(model_dir, tmp_path_factory.mktemp("serve") / "serve.log",
-                    SAGEMAKER_MODEL_SERVER_WORKERS="2", **environ)
+                    SAGEMAKER_MODEL_SERVER_WORKERS="2", DETECTOR_RUNTIME=runtime)
     server.runtime = runtime
     try:
         server.wait_healthy()
@@ -52,8 +50,7 @@ def test_each_worker_loads_its_model_and_mxnet_stays_out_of_the_master(served):
     log = server.log
     assert log.count("loaded and warmed up") == 2  # each of the two workers loads its own model
     assert log.count("(runtime %s," % server.runtime) == 2
-    assert ("runtime onnxruntime (DETECTOR_RUNTIME=onnxruntime)" if server.runtime == "onnxruntime"
-            else "runtime mxnet (auto: the model has no ONNX export)") in log
+    assert "runtime {0} (DETECTOR_RUNTIME={0})".format(server.runtime) in log
     assert "serve: worker 0 (pid" in log and "serve: worker 1 (pid" in log and "1 CPU thread(s)" in log
     maps = lambda pid: open("/proc/%d/maps" % pid).read()
     assert "libmxnet" not in maps(server.proc.pid) and "onnxruntime" not in maps(server.proc.pid)
@@ -98,7 +95,7 @@ def test_verbose_answer_is_what_detector_predict_writes(served, shapes):
         assert all(set(d) == {"class", "score", "box"} for d in found)
 
 
-def test_each_runtime_answers_what_the_other_answers(served, shapes, trained_models, exported_models):
+def test_each_runtime_answers_what_the_other_answers(served, shapes):
     """Served by one runtime, the detections are the other's for the same model, computed in this
     process (onnx_export's comparison: classes, scores within 0.001, boxes within 1 pixel), on the
     shapes and on a picture of another aspect."""
@@ -108,9 +105,9 @@ def test_each_runtime_answers_what_the_other_answers(served, shapes, trained_mod
     for body in (jpeg, tall):
         found = server.invoke(body, Accept="application/json;verbose", **EVERYTHING).json()
         if server.runtime == "onnxruntime":
-            mxnet, onnx = expected_detections(trained_models[family], body, "mxnet"), found
+            mxnet, onnx = expected_detections(model_dir, body, "mxnet"), found
         else:
-            mxnet, onnx = found, expected_detections(exported_models[family], body, "onnxruntime")
+            mxnet, onnx = found, expected_detections(model_dir, body, "onnxruntime")
         rows = [[(d["class"], d["score"], d["box"]) for d in answer] for answer in (mxnet, onnx)]
         assert found and onnx_export.difference(*rows) is None, (rows[0][:3], rows[1][:3])
 
