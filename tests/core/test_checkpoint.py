@@ -80,6 +80,23 @@ def test_foreign_and_partial_entries_are_ignored(tmp_path):
     assert m.latest()[1]["epoch"] == 1
 
 
+def test_the_next_save_removes_what_a_killed_writer_left_behind(tmp_path):
+    """A writer killed mid-save (SIGKILL, a lost host) leaves its temporaries; SageMaker would sync
+    them to S3 with every checkpoint. The next save removes them, and nothing else that is not its own."""
+    m = CheckpointManager(str(tmp_path), keep=5)
+    m.save(1, {"epoch": 1}, payload("a"))
+    left = [".tmp-ckpt-00000002-abc", ".old-ckpt-00000001-def", ".tmp-x1y2"]
+    for name in left[:2]:
+        os.makedirs(os.path.join(tmp_path, name, "ckpt-00000002"))
+        open(os.path.join(tmp_path, name, "ckpt-00000002", "model.params"), "w").close()
+    open(os.path.join(tmp_path, left[2]), "w").close()  # atomic_write_text's temporary of `latest`
+    foreign = ["ckpt-00000002.sagemaker-uploading", "notes.txt"]
+    for name in foreign:
+        open(os.path.join(tmp_path, name), "w").close()
+    m.save(2, {"epoch": 2}, payload("b"))
+    assert sorted(os.listdir(tmp_path)) == sorted(["ckpt-00000001", "ckpt-00000002", "latest"] + foreign)
+
+
 def test_no_checkpoint_returns_none(tmp_path):
     assert CheckpointManager(str(tmp_path / "none")).latest() is None
 

@@ -13,8 +13,9 @@ Layout under the checkpoint directory::
 Each checkpoint is written into a temporary directory, its files flushed to disk, and renamed
 into place (a stop or a crash mid-write leaves the temporary directory, never a torn checkpoint); ``latest`` is
 replaced atomically afterwards. Resume reads ``latest`` and falls back to the newest complete
-directory when the pointer is missing or names something incomplete. Anything else in the
-directory (SageMaker's ``*.sagemaker-uploading`` files, temporary directories) is ignored.
+directory when the pointer is missing or names something incomplete. The temporaries a writer
+killed mid-save left are removed by the next save; anything else in the directory (SageMaker's
+``*.sagemaker-uploading`` files) is ignored.
 """
 
 import json
@@ -40,6 +41,7 @@ STATE_CAP = 16 << 20  # the position and the history of every epoch
 LAYOUT_CAP = 64 << 20  # optimizer.json: one entry per parameter
 _REMOVE_IT = "remove that checkpoint; the job resumes from the one before it."
 _NAME = re.compile(r"^ckpt-(\d{8,})$")
+_TEMPORARY = (".tmp-", ".old-")  # this module's and core.files' temporaries (tempfile.mk*temp prefixes)
 
 
 class CheckpointManager:
@@ -130,9 +132,23 @@ class CheckpointManager:
         return self._path(name), read_state(self._path(name))
 
     def prune(self):
+        """Keep the newest ``keep`` complete checkpoints, and remove what a writer killed mid-save
+        (SIGKILL, a lost host) left behind: its temporaries (``.tmp-*``, ``.old-*``), which
+        SageMaker would otherwise sync to S3 with every checkpoint. Called by the one writer after
+        its save, when no other save is under way."""
         complete = self.complete_names()
         for name in complete[: max(0, len(complete) - self.keep)]:
             shutil.rmtree(self._path(name), ignore_errors=True)
+        for name in os.listdir(self.directory):
+            if name.startswith(_TEMPORARY):
+                path = self._path(name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
 
 
 def read_state(path):
