@@ -106,6 +106,26 @@ def test_evaluate_on_two_ranks_shards_the_images_and_scores_them_together(traine
     assert "dataset=custom recognised in channel 'validation'" in out
 
 
+def test_a_stop_request_ends_an_evaluation_before_it_scores_and_says_so(trained, tmp_path):
+    """SIGTERM (the launcher's stop file, here already there: the stop at the first image) ends
+    mode=evaluate at the next image, as it ends training at the next step: the rank's own error,
+    nothing written, within seconds instead of SageMaker's SIGKILL 120 s later."""
+    from conftest import run_rank_job
+
+    trained_base, _validation = trained
+    base = evaluation_job(tmp_path / "opt_ml", trained_base, {"mode": "evaluate", "num_workers": "0"})
+    stop_file = tmp_path / "stop-requested"
+    stop_file.write_text("")
+    result = run_rank_job(base, timeout=300, extra_env={"DETECTOR_STOP_FILE": str(stop_file)})
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
+    with open(os.path.join(base, "output", "failure")) as handle:
+        reason = handle.read()
+    assert reason.startswith("Stopped: the evaluation was stopped before it scored all 4 image(s) (a stop was "
+                             "requested after 0 image(s)"), reason
+    assert "run the evaluation again" in reason
+    assert not os.path.exists(os.path.join(base, "model", "evaluation.json"))
+
+
 def test_classes_that_are_not_the_models_fail_naming_both_lists(trained, tmp_path):
     trained_base, _ = trained
     base = evaluation_job(tmp_path / "opt_ml", trained_base, {"mode": "evaluate", "num_workers": "0"},

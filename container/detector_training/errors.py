@@ -84,6 +84,13 @@ class DiskFullError(JobError):
     category = "DiskFullError"
 
 
+class StopError(JobError):
+    """A stop request (SIGTERM: the job stopped, its time limit) ended work that cannot be resumed
+    before it was done."""
+
+    category = "Stopped"
+
+
 class EnvironmentCheckError(JobError):
     """The machine cannot run the job as configured (GPU, shared memory, ...)."""
 

@@ -25,12 +25,13 @@ import tempfile
 
 from detector_training import families, inference
 from detector_training.core import archive
+from detector_training.core.evaluation import Interrupted
 from detector_training.core.files import write_json
 from detector_training.core.model_dir import (BEST_PARAMS, EXPORT_FILES, FINAL_PARAMS,
                                               extract_model, read_export, shallowest_with)
 from detector_training.core.networks import load_parameters
 from detector_training.data import formats
-from detector_training.errors import DataError, ModelError
+from detector_training.errors import DataError, ModelError, StopError
 from detector_training.job.config import FIELDS, validate as check_config_rules
 from detector_training.job.sm_env import JobPaths
 from detector_training.validator import Validator
@@ -208,9 +209,11 @@ def evaluation_data(config, env, world, model, family, scratch):
     return datasets, missing
 
 
-def run_evaluation(config, env, dist, ctx):
+def run_evaluation(config, env, dist, ctx, stop=None):
     """Score the model channel's model on the test data on every rank; the main rank writes
-    evaluation.json and the report. Returns the scores (the same on every rank)."""
+    evaluation.json and the report. Returns the scores (the same on every rank). ``stop`` (this
+    rank's ``requested()``, job/stop.py) ends the scoring at the next image once any rank was
+    asked to stop (StopError, nothing written), and the report at once (evaluation.json kept)."""
     world = dist.world
     scratch = tempfile.mkdtemp(prefix="detector-evaluate-rank%d-" % world.rank)
     try:
@@ -230,11 +233,16 @@ def run_evaluation(config, env, dist, ctx):
             raise DataError("cannot load %s from the 'model' channel into %s: %s." % (
                 os.path.basename(model.params), config.network, reason), MODEL_FIX)
         loader, indices = family.val_loader(config, net, datasets, world, 0)
-        validator = Validator(family, config, datasets, loader, indices, dist, ctx)  # training's
+        validator = Validator(family, config, datasets, loader, indices, dist, ctx, stop)  # training's
         try:
             LOG.info("evaluation: rank=%d detects %d of the %d image(s)", world.rank,
                      validator.shard, validator.images)
-            result = validator.score(net)
+            try:
+                result = validator.score(net)
+            except Interrupted as exc:
+                raise StopError("the evaluation was stopped before it scored all %d image(s) (%s); nothing was "
+                                "written." % (validator.images, exc),
+                                "run the evaluation again (mode=evaluate) to score the model.") from None
             if world.is_main:
                 write_evaluation(env.paths.model_dir, result, model, config, missing, validator)
         finally:

@@ -70,7 +70,7 @@ def job_main(base=None, install_signals=True):
         dist = init_distributed(env.environ)
         setup_logging(dist.world.rank, config.verbose)
         if config.mode == "evaluate":
-            run_evaluation(config, env, dist, device_for(dist.world))
+            run_evaluation(config, env, dist, device_for(dist.world), stop.requested)
             if dist.world.is_main:
                 mark_finished(env.stop_file)  # as a trained job: the launcher's exit clock
         else:
