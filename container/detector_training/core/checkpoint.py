@@ -28,8 +28,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from detector_training.core.files import (atomic_write_text, disk_full_error, fsync_dir, full_disk, read_json,
-                                         sync_file)
+from detector_training.core.files import (REPLACED, TEMPORARIES, TEMPORARY, atomic_write_text, disk_full_error,
+                                         fsync_dir, full_disk, read_json, sync_file)
 from detector_training.core.networks import load_parameters
 from detector_training.errors import CheckpointError, one_line
 
@@ -41,7 +41,6 @@ STATE_CAP = 16 << 20  # the position and the history of every epoch
 LAYOUT_CAP = 64 << 20  # optimizer.json: one entry per parameter
 _REMOVE_IT = "remove that checkpoint; the job resumes from the one before it."
 _NAME = re.compile(r"^ckpt-(\d{8,})$")
-_TEMPORARY = (".tmp-", ".old-")  # this module's and core.files' temporaries (tempfile.mk*temp prefixes)
 
 
 class CheckpointManager:
@@ -66,7 +65,7 @@ class CheckpointManager:
         tmp = None
         try:
             os.makedirs(self.directory, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=".tmp-%s-" % name, dir=self.directory)
+            tmp = tempfile.mkdtemp(prefix="%s%s-" % (TEMPORARY, name), dir=self.directory)
             write_files(tmp)
             files = {f: os.path.getsize(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp))}
             for f in files:
@@ -78,7 +77,7 @@ class CheckpointManager:
                 os.fsync(handle.fileno())
             final = self._path(name)
             if os.path.exists(final):  # the same step saved again (a resumed job re-saving it)
-                old = tempfile.mkdtemp(prefix=".old-%s-" % name, dir=self.directory)
+                old = tempfile.mkdtemp(prefix="%s%s-" % (REPLACED, name), dir=self.directory)
                 os.rename(final, os.path.join(old, name))
                 os.rename(tmp, final)
                 shutil.rmtree(old, ignore_errors=True)
@@ -140,7 +139,7 @@ class CheckpointManager:
         for name in complete[: max(0, len(complete) - self.keep)]:
             shutil.rmtree(self._path(name), ignore_errors=True)
         for name in os.listdir(self.directory):
-            if name.startswith(_TEMPORARY):
+            if name.startswith(TEMPORARIES):
                 path = self._path(name)
                 if os.path.isdir(path) and not os.path.islink(path):
                     shutil.rmtree(path, ignore_errors=True)

@@ -20,6 +20,12 @@ FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 DISK_FULL_FIX = ("give the job more disk: a larger storage volume (the estimator's volume_size, SageMaker's "
                  "VolumeSizeInGB), or fewer checkpoints kept (keep_checkpoints).")
 _PROBE_BYTES = 1 << 16
+# The names of the project's temporaries beside what they become (tempfile.mk*temp prefixes):
+# TEMPORARY while written, REPLACED for what a new checkpoint displaces until it is complete.
+# A sweep of leftovers matches both (TEMPORARIES).
+TEMPORARY = ".tmp-"
+REPLACED = ".old-"
+TEMPORARIES = (TEMPORARY, REPLACED)
 
 
 def fsync_dir(path):
@@ -46,7 +52,7 @@ def full_disk(exc, directory):
     if not isinstance(exc, Exception):
         return None
     try:
-        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=directory)
+        fd, probe = tempfile.mkstemp(prefix=TEMPORARY + "probe-", dir=directory)
     except OSError as err:
         return err.errno if err.errno in FULL_ERRNOS else None
     try:
@@ -84,7 +90,7 @@ def atomic_save(path, save):
     tmp = None
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=TEMPORARY, dir=directory)
         os.close(fd)
         save(tmp)
         sync_file(tmp)
@@ -109,7 +115,7 @@ def atomic_save_prefix(prefix, save):
     tmp = None
     try:
         os.makedirs(directory, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=directory)
+        tmp = tempfile.mkdtemp(prefix=TEMPORARY, dir=directory)
         save(os.path.join(tmp, os.path.basename(prefix)))
         names = sorted(os.listdir(tmp))
         for name in names:
