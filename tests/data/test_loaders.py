@@ -113,3 +113,33 @@ def test_close_loader_kills_a_worker_that_never_finishes_and_the_process_still_e
     assert report["alive"] == []
     assert "worker process(es) still running 2 s after the loader was closed; killing them" in out
     assert report["took"] < 60  # the 3600 s item was not waited for
+
+
+# --- each sample's random draws: its own, the same in every run -------------------------------
+
+def drawn(x, y):
+    """A train transform that draws from both global generators, as GluonCV's augmentations do
+    (numpy's and Python's)."""
+    import random
+
+    return np.array([x[0], np.random.randint(1 << 30), random.randrange(1 << 30)], dtype="float64"), y
+
+
+def draws(workers, epoch=0, skip=0):
+    data = Datasets(train=numbers(16), val=numbers(2), classes=("one",), aspect_ratios=[1.0] * 16)
+    train = shard_loader(SimpleNamespace(mixup=False, seed=5), data, SimpleNamespace(rank=0, size=1),
+                         2, 8, drawn, stack, workers)
+    train.sampler.set_epoch(epoch, skip)
+    return [tuple(row) for batch in train.loader for row in batch.tolist()]
+
+
+def test_a_samples_augmentation_draws_are_its_own_and_the_same_whichever_worker_runs_it():
+    """Forked loader workers start from one generator state and take batches in whatever order
+    they finish: without a draw per sample, two workers repeat each other's augmentations and a
+    run's draws depend on the scheduling."""
+    first = draws(2)
+    assert len(first) == 16
+    assert len({row[1:] for row in first}) == 16  # no two samples drew alike
+    assert draws(2) == first == draws(0)  # any worker count, any scheduling: the same draws
+    assert draws(2, epoch=1) != first  # a new epoch draws anew
+    assert draws(2, skip=3) == first[6:]  # a resumed epoch draws what the stopped one drew

@@ -121,20 +121,21 @@ def test_multi_scale_draws_a_size_per_interval_reproducibly(voc_root):
     assert sizes == (96, 128)
     data.sampler.set_epoch(3)
     shapes = [batch[0].shape[2] for batch in data.loader]
-    plan = [sizes[batch[0][1]] for batch in data.sampler.batches(3)]
+    # each sample is ((image index, size choice), its draw)
+    plan = [sizes[batch[0][0][1]] for batch in data.sampler.batches(3)]
     assert shapes == plan and len(shapes) == 6
     assert all(plan[i] == plan[i + 1] for i in (0, 2, 4))  # one size per 2 batches
     assert len(set(s for e in range(6) for s in
-                   [sizes[b[0][1]] for b in data.sampler.batches(e)])) == 2
+                   [sizes[b[0][0][1]] for b in data.sampler.batches(e)])) == 2
     data.sampler.set_epoch(3, skip=4)  # resuming at iteration 4 sees the same sizes
     assert [batch[0].shape[2] for batch in data.loader] == plan[4:]
     wide = yolo_config(multi_scale=True, multi_scale_interval=1, short=128)
     data, _, _ = rank_loader(wide, datasets, 0, 1, 2)
     assert multi_scale_sizes(128) == (96, 128, 160, 192)
     for epoch in range(5):  # resumed mid-epoch: the same size choices as the whole epoch's
-        whole = [b[0][1] for b in data.sampler.batches(epoch)]
+        whole = [b[0][0][1] for b in data.sampler.batches(epoch)]
         data.sampler.set_epoch(epoch, skip=2)
-        assert [b[0][1] for b in data.sampler] == whole[2:]
+        assert [b[0][0][1] for b in data.sampler] == whole[2:]
 
 
 def one_step_losses(config, voc_root, net=None, batch=None):

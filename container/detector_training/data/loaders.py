@@ -2,11 +2,14 @@
 multi-scale around it), and its slice of the validation set."""
 
 import logging
+import random
 import threading
 from dataclasses import dataclass
 
+import numpy as np
+
 from detector_training.data.samplers import (EqualStepsBatchSampler, IndexSampler,
-                                             MultiScaleBatchSampler)
+                                             MultiScaleBatchSampler, SeededDrawBatchSampler)
 
 
 @dataclass
@@ -33,13 +36,32 @@ class PerSampleTransformDataset:
         return self._transforms[choice](*self._dataset[index])
 
 
+class SeededDrawDataset:
+    """``dataset[(key, draw)]`` is ``dataset[key]`` with numpy's and Python's global generators
+    (those GluonCV's augmentations and mixup draw from) seeded with ``draw`` first, in whichever
+    process reads it."""
+
+    def __init__(self, dataset):
+        self._dataset = dataset
+
+    def __len__(self):
+        return len(self._dataset)
+
+    def __getitem__(self, key_and_draw):
+        key, draw = key_and_draw
+        random.seed(draw)
+        np.random.seed(draw)
+        return self._dataset[key]
+
+
 def shard_loader(config, datasets, world, per_rank_batch, steps, transform, batchify,
                  num_workers, scale_interval=10):
     """This rank's training loader: its shard of the training set through the equal-steps
     sampler, ``transform`` per sample (a family's train transform), ``batchify`` per batch; mixup
     around the dataset when configured. ``transform`` may be a list (one per input size, for
     multi-scale training): each batch then takes one of them, a new draw every
-    ``scale_interval`` batches. Returns the handles the engine needs each epoch."""
+    ``scale_interval`` batches. Each sample's augmentation is seeded by its place in the run
+    (:class:`SeededDrawBatchSampler`). Returns the handles the engine needs each epoch."""
     import mxnet as mx
 
     dataset = datasets.train
@@ -56,8 +78,9 @@ def shard_loader(config, datasets, world, per_rank_batch, steps, transform, batc
                                          world.rank)
     else:
         transformed = dataset.transform(transform)
-    loader = mx.gluon.data.DataLoader(transformed, batch_sampler=sampler, batchify_fn=batchify,
-                                      num_workers=num_workers)
+    sampler = SeededDrawBatchSampler(sampler, config.seed, world.rank)
+    loader = mx.gluon.data.DataLoader(SeededDrawDataset(transformed), batch_sampler=sampler,
+                                      batchify_fn=batchify, num_workers=num_workers)
     return TrainData(loader, sampler, mixup, lambda: batchify(
         [transformed[i % len(transformed)] for i in range(per_rank_batch)]))
 

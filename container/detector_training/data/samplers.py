@@ -127,3 +127,38 @@ class MultiScaleBatchSampler:
 
     def __iter__(self):
         return iter(self.batches(self._epoch)[self._skip:])
+
+
+def sample_draw(seed, epoch, rank, batch_number, place):
+    """The seed of one sample's augmentation draws: a function of where it lies in the run alone
+    (seed, epoch, rank, batch, place in the batch)."""
+    return random.Random("draw-%d-%d-%d-%d-%d" % (seed, epoch, rank, batch_number, place)).getrandbits(32)
+
+
+class SeededDrawBatchSampler:
+    """The inner sampler's batches, each sample tagged with its own draw as ``(key, draw)``
+    (:func:`sample_draw`): the loader seeds its augmentation with it, so a sample draws the same
+    whichever worker process runs it and in whatever order the workers finish, no two samples
+    draw alike, and a resumed epoch draws what the stopped one drew."""
+
+    def __init__(self, inner, seed, rank):
+        self._inner = inner
+        self._seed = seed
+        self._rank = rank
+        self._epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch, skip=0):
+        self._epoch, self._skip = epoch, skip
+        self._inner.set_epoch(epoch, skip)
+
+    def __len__(self):
+        return len(self._inner)
+
+    def batches(self, epoch):
+        return [[(key, sample_draw(self._seed, epoch, self._rank, n, place))
+                 for place, key in enumerate(batch)]
+                for n, batch in enumerate(self._inner.batches(epoch))]
+
+    def __iter__(self):
+        return iter(self.batches(self._epoch)[self._skip:])
