@@ -48,3 +48,29 @@ def test_the_other_style_differs_from_the_demo_in_shapes_colours_and_sizes(tmp_p
         for x0, y0, x1, y1 in annotation[:, :4]:
             centre = img.getpixel((int((x0 + x1) / 2), int((y0 + y1) / 2)))
             assert min(sum(abs(a - b) for a, b in zip(centre, c)) for c in palette) < 40
+
+
+def test_the_colours_style_draws_each_class_in_its_own_colour(tmp_path):
+    """The learning floors' data: the demo's shapes, each class always in its palette colour, so
+    a short recipe can tell the classes apart (and a detector that mixes them up scores low)."""
+    from detector_training.data.generated.synthetic_voc import STYLES
+    from PIL import Image
+
+    config = from_hyperparameters({"dataset": "custom", "train_splits": "2007_trainval"})
+    generate(str(tmp_path), 12, 2, 0, seed=3, style="colours")
+    data = build_datasets(config, str(tmp_path))
+    assert data.classes == ("circle", "square", "triangle")
+    palette = STYLES["colours"].palette
+    voc = tmp_path / "VOCdevkit" / "VOC2007"
+    ids = (voc / "ImageSets" / "Main" / "trainval.txt").read_text().split()  # the reader's order
+    seen = set()
+    for i, image_id in enumerate(ids):
+        path = voc / "JPEGImages" / (image_id + ".jpg")
+        with Image.open(path) as img:
+            for x0, y0, x1, y1, cls in data.train[i][1][:, :5]:
+                # the centre of the box's lower half lies inside each of the three shapes
+                centre = img.convert("RGB").getpixel((int((x0 + x1) / 2), int(y0 + (y1 - y0) * 0.7)))
+                distances = [sum(abs(a - b) for a, b in zip(centre, c)) for c in palette]
+                assert distances.index(min(distances)) == int(cls) and min(distances) < 60, (path, cls, centre)
+                seen.add(int(cls))
+    assert seen == {0, 1, 2}

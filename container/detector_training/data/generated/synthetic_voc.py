@@ -37,6 +37,7 @@ class Style:
     max_objects: int
     palette: tuple = ()  # object colours to pick from; empty: any RGB colour
     aspect: tuple = ()  # (lo, hi) width / height of an object's box; empty: square boxes
+    colour_by_class: bool = False  # class i is drawn in palette[i % len] (else a random pick)
 
 
 # Sky-, earth- and signal-like colours, unlike the demo's uniformly random ones.
@@ -45,6 +46,10 @@ _OTHER_PALETTE = ((20, 20, 20), (245, 245, 245), (200, 30, 30), (30, 90, 200), (
 STYLES = {
     "shapes": Style(SHAPES, (5, 2), 24, 3),
     "other": Style(("ellipse", "cross", "diamond"), (8, 3), 14, 4, _OTHER_PALETTE, (0.6, 1.6)),
+    # Each class its own shape and colour: a class a short recipe learns soon, so a detector
+    # that mixes classes up scores low (the learning floors' data).
+    "colours": Style(SHAPES, (5, 2), 24, 3, ((220, 40, 40), (40, 170, 60), (40, 70, 220)),
+                     colour_by_class=True),
 }
 
 
@@ -135,7 +140,12 @@ def make_image(rng, classes, style="shapes"):
         else:
             continue
         name = rng.choice(classes)
-        colour = rng.choice(look.palette) if look.palette else tuple(rng.randint(0, 255) for _ in range(3))
+        if look.colour_by_class:
+            colour = look.palette[list(classes).index(name) % len(look.palette)]
+        elif look.palette:
+            colour = rng.choice(look.palette)
+        else:
+            colour = tuple(rng.randint(0, 255) for _ in range(3))
         _draw(draw, shape_of(name, classes, style), box, colour)
         boxes.append(box)
         objects.append((name,) + box)
