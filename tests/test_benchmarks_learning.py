@@ -37,6 +37,8 @@ def test_a_short_run_writes_the_table_and_every_run(tmp_path):
     (run,) = written["runs"]
     assert run["family"] == "yolo3" and run["dataset"] == "other" and run["epochs"] == 1
     assert 0 <= run["AP50"] <= 1 and len(run["AP50_curve"]) == 1 and run["cpu_s"] > 0
+    assert set(run["per_class"]) == {"cross", "diamond", "ellipse"}  # the classes the job read
+    assert run["worst_class_AP"] == min(run["per_class"].values())
     assert written["recipes"]["yolo3"]["network"] == "yolo3_mobilenet0.25_voc"
     with open(out / "yolo3" / "other" / "seed1" / "input" / "config" / "hyperparameters.json") as h:
         assert json.load(h)["seed"] == "1"
