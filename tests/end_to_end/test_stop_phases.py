@@ -180,6 +180,43 @@ def test_sigterm_during_a_checkpoint_write_validation_and_the_final_write(job_di
     assert not [n for n in os.listdir(model) if n.startswith(".tmp-")]
 
 
+@pytest.mark.timeout(900)
+def test_two_ranks_stopped_during_validation_end_together_and_the_next_run_validates_first(job_dir):
+    """SIGTERM while two Horovod ranks validate (each its half of the images, agreeing before
+    each image whether to stop): both stop part-way at the same image, the job ends inside
+    SageMaker's 120 s with the checkpoint at the end of the epoch's steps, and the next run
+    validates that epoch first and writes the model."""
+    base = make_job(job_dir, {"epochs": "1", "batch_size": "2", "log_interval": "1",
+                              "processes_per_host": "2"}, n_train=4, n_test=24)
+    checkpoints = os.path.join(base, "checkpoints")
+    os.makedirs(checkpoints)
+    job = Job(base, "first")
+    job.stop_in_phase(lambda: "validation: epoch=0 started" in job.log() or None,
+                      lambda _mark: "validation: epoch=0 images=" not in job.log(), poll_s=0.01)
+    code, took = job.wait()
+    out = job.log()
+    assert code == 0 and took < SAGEMAKER_STOP_S, out[-3000:]
+    # The main rank says where its shard stopped; the other rank stopped at the same image (a
+    # rank that went on would wait in the gather of detections until SageMaker's kill).
+    stopped = re.search(r"\[1,0\]<stdout>:.*validation: epoch=0 stopped after \S+s: a stop was requested "
+                        r"after (\d+) image\(s\) of this rank's validation shard", out)
+    assert stopped and int(stopped.group(1)) < 12, out[-3000:]  # part-way through its 12
+    assert "validation: epoch=0 images=" not in out
+    assert sorted(re.findall(r"\[1,(\d)\]<stdout>:.*stopped: rank=\d", out)) == ["0", "1"], out[-3000:]
+    name, state = latest_state(base)
+    assert (state["epoch"], state["iteration"]) == (0, 2)  # 4 images, one per rank and step
+    assert not os.path.exists(os.path.join(base, "model", "model.params"))
+
+    job = Job(base, "second")
+    code, _took = job.wait(timeout=600)
+    out = job.log()
+    assert code == 0, out[-3000:]
+    assert "resume: from %s at epoch 0 iteration 2" % os.path.join(checkpoints, name) in out
+    assert re.search(r"validation: epoch=0 images=24 ", out), out[-3000:]
+    assert json.load(open(os.path.join(base, "model", "validation.json")))["epoch"] == 0
+    assert os.path.getsize(os.path.join(base, "model", "model.params")) > 0
+
+
 CRASH_PROBE = """
 import sys
 import mxnet as mx
