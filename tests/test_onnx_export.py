@@ -108,6 +108,21 @@ def test_mxnets_cpu_roialign_answers_a_first_roi_followed_by_empty_rows_differen
     assert np.abs(alone - onnx_answer).max() < 1e-5 and np.abs(mxnet([empty, box])[1] - alone).max() < 1e-5
     gaps = [np.abs(mxnet([box] + [empty] * n)[0] - alone).max() for n in (1, 9)]
     assert 0.01 < gaps[0] < gaps[1], gaps
+    # The guard the project's MXNet inference puts round each ROIAlign (what serve, predict,
+    # evaluate and the export's check load): ONNX Runtime's answer for every region, zeros for
+    # the empty rows.
+    import json
+
+    from detector_training.inference import roialign_guarded
+
+    symbol = mx.sym.contrib.ROIAlign(mx.sym.var("data"), mx.sym.var("rois"), pooled_size=(7, 7),
+                                     spatial_scale=0.125, sample_ratio=2)
+    guarded = mx.sym.load_json(json.dumps(roialign_guarded(json.loads(symbol.tojson()))))
+    rows = np.array([box] + [empty] * 9 + [box], np.float32)
+    out = guarded.eval(ctx=mx.cpu(), data=mx.nd.array(features), rois=mx.nd.array(rows))[0].asnumpy()
+    assert out.shape == (11, 8, 7, 7)
+    assert np.abs(out[0] - onnx_answer).max() < 1e-5 and np.abs(out[10] - onnx_answer).max() < 1e-5
+    assert not out[1:10].any()
 
 
 @pytest.mark.parametrize("family", ["yolo3", "faster_rcnn", "mask_rcnn"])

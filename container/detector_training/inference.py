@@ -209,6 +209,64 @@ def read_model_directory(directory, source=None):
     return export, short, max_size
 
 
+def _symbol_block(symbol_file, params_file, ctx):
+    """``SymbolBlock.imports`` of an exported network, each ROIAlign guarded against MXNet
+    1.9's CPU bug (:func:`roialign_guarded`)."""
+    import json
+
+    import mxnet as mx
+
+    with open(symbol_file) as handle:
+        graph = roialign_guarded(json.load(handle))
+    net = mx.gluon.SymbolBlock(mx.sym.load_json(json.dumps(graph)), [mx.sym.var("data")])
+    net.collect_params().load(params_file, ctx=ctx, cast_dtype=True, dtype_source="saved")
+    return net
+
+
+def roialign_guarded(graph):
+    """The symbol ``graph`` (its JSON, as a dict) with each ``_contrib_ROIAlign`` guarded against
+    MXNet 1.9's CPU kernel, which for a region whose batch index is negative (an empty row, as
+    GluonCV's FPN gives each level for the regions of other levels) zeroes the n-th number of the
+    whole output, inside the first region's features, and leaves the empty row's own unwritten.
+    Guarded: a throw-away first row (the first region, its negatives clipped to 0) takes those
+    zeroes and is dropped after the pooling, and empty rows are set to zeros. The values are then
+    those of ONNX Runtime's RoiAlign (tests/test_onnx_export.py). Other graphs are returned as
+    they are."""
+    nodes = graph["nodes"]
+    if not any(node["op"] == "_contrib_ROIAlign" for node in nodes):
+        return graph
+    new, remap = [], {}
+
+    def add(op, name, inputs, attrs=None):
+        node = {"op": op, "name": name, "inputs": inputs}
+        if attrs:
+            node["attrs"] = attrs
+        new.append(node)
+        return [len(new) - 1, 0, 0]
+
+    for old, node in enumerate(nodes):
+        node = dict(node, inputs=[[remap[i], o, 0] for i, o, *_ in node["inputs"]])
+        if node["op"] != "_contrib_ROIAlign":
+            new.append(node)
+            remap[old] = len(new) - 1
+            continue
+        name, (data, rois) = node["name"], node["inputs"]
+        first = add("slice_axis", name + "_guard_first", [rois], {"axis": "0", "begin": "0", "end": "1"})
+        spare = add("relu", name + "_guard_spare", [first])
+        rows = add("Concat", name + "_guard_rows", [spare, rois], {"dim": "0", "num_args": "2"})
+        pooled = add("_contrib_ROIAlign", name + "_guard_pooled", [data, rows], node.get("attrs"))
+        kept = add("slice_axis", name + "_guard_kept", [pooled], {"axis": "0", "begin": "1", "end": "None"})
+        index = add("slice_axis", name + "_guard_index", [rois], {"axis": "1", "begin": "0", "end": "1"})
+        flat = add("Reshape", name + "_guard_flat", [index], {"shape": "(-1,)"})
+        valid = add("_greater_equal_scalar", name + "_guard_valid", [flat], {"scalar": "0"})
+        zeros = add("zeros_like", name + "_guard_zeros", [kept])
+        remap[old] = add("where", name, [valid, kept, zeros])[0]
+    graph = dict(graph, nodes=new, arg_nodes=[i for i, node in enumerate(new) if node["op"] == "null"],
+                 heads=[[remap[i], o, 0] for i, o, *_ in graph["heads"]])
+    graph.pop("node_row_ptr", None)
+    return graph
+
+
 def _load_directory(directory, source, ctx, runtime=MXNET, threads=None):
     export, short, max_size = read_model_directory(directory, source)
     square = square_input(export.config)
@@ -222,8 +280,7 @@ def _load_directory(directory, source, ctx, runtime=MXNET, threads=None):
     try:
         with warnings.catch_warnings():  # "Cannot decide type for ... data": harmless, float32
             warnings.simplefilter("ignore", UserWarning)
-            net = mx.gluon.SymbolBlock.imports(export.symbol_file, ["data"], export.params_file,
-                                               ctx=ctx)
+            net = _symbol_block(export.symbol_file, export.params_file, ctx)
     except Exception as exc:  # MXNetError, AssertionError, ValueError: all mean a broken export
         raise InferenceError("invalid model %s: cannot load the exported network (%s)"
                              % (source, one_line(exc))) from exc
