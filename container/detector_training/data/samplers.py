@@ -94,52 +94,10 @@ class IndexSampler:
         return len(self._indices)
 
 
-class MultiScaleBatchSampler:
-    """Multi-scale training: the equal-steps batches, each sample tagged with the input size to
-    use, as ``(index, size choice)``. A new size is drawn every ``interval`` batches from a
-    generator seeded by (seed, epoch, rank, batch group), so a resumed epoch sees the same sizes
-    and ranks draw their own. Every sample of a batch has the same size (they are stacked)."""
-
-    def __init__(self, inner, choices, interval, seed, rank):
-        self._inner = inner
-        self._choices = choices
-        self._interval = max(1, int(interval))
-        self._seed = seed
-        self._rank = rank
-        self._epoch = 0
-        self._skip = 0
-
-    def set_epoch(self, epoch, skip=0):
-        self._epoch, self._skip = epoch, skip
-        self._inner.set_epoch(epoch, skip)
-
-    def __len__(self):
-        return len(self._inner)
-
-    def choice(self, epoch, batch_number):
-        group = batch_number // self._interval
-        rng = random.Random("%d-%d-%d-%d" % (self._seed, epoch, self._rank, group))
-        return rng.randrange(self._choices)
-
-    def batches(self, epoch):
-        return [[(i, self.choice(epoch, n)) for i in batch]
-                for n, batch in enumerate(self._inner.batches(epoch))]
-
-    def __iter__(self):
-        return iter(self.batches(self._epoch)[self._skip:])
-
-
-def sample_draw(seed, epoch, rank, batch_number, place):
-    """The seed of one sample's augmentation draws: a function of where it lies in the run alone
-    (seed, epoch, rank, batch, place in the batch)."""
-    return random.Random("draw-%d-%d-%d-%d-%d" % (seed, epoch, rank, batch_number, place)).getrandbits(32)
-
-
-class SeededDrawBatchSampler:
-    """The inner sampler's batches, each sample tagged with its own draw as ``(key, draw)``
-    (:func:`sample_draw`): the loader seeds its augmentation with it, so a sample draws the same
-    whichever worker process runs it and in whatever order the workers finish, no two samples
-    draw alike, and a resumed epoch draws what the stopped one drew."""
+class TaggedBatchSampler:
+    """An inner sampler's batches with each sample tagged as ``(key, tag)``, the tag a function of
+    (epoch, batch number, place in the batch, key) alone (:meth:`tag`), so a resumed epoch sees the
+    tags the stopped one saw. ``set_epoch`` passes on to the inner sampler."""
 
     def __init__(self, inner, seed, rank):
         self._inner = inner
@@ -155,10 +113,48 @@ class SeededDrawBatchSampler:
     def __len__(self):
         return len(self._inner)
 
+    def tag(self, epoch, batch_number, place, key):
+        raise NotImplementedError
+
     def batches(self, epoch):
-        return [[(key, sample_draw(self._seed, epoch, self._rank, n, place))
-                 for place, key in enumerate(batch)]
+        return [[(key, self.tag(epoch, n, place, key)) for place, key in enumerate(batch)]
                 for n, batch in enumerate(self._inner.batches(epoch))]
 
     def __iter__(self):
         return iter(self.batches(self._epoch)[self._skip:])
+
+
+class MultiScaleBatchSampler(TaggedBatchSampler):
+    """Multi-scale training: the equal-steps batches, each sample tagged with the input size to
+    use, as ``(index, size choice)``. A new size is drawn every ``interval`` batches from a
+    generator seeded by (seed, epoch, rank, batch group), so a resumed epoch sees the same sizes
+    and ranks draw their own. Every sample of a batch has the same size (they are stacked)."""
+
+    def __init__(self, inner, choices, interval, seed, rank):
+        super().__init__(inner, seed, rank)
+        self._choices = choices
+        self._interval = max(1, int(interval))
+
+    def choice(self, epoch, batch_number):
+        group = batch_number // self._interval
+        rng = random.Random("%d-%d-%d-%d" % (self._seed, epoch, self._rank, group))
+        return rng.randrange(self._choices)
+
+    def tag(self, epoch, batch_number, place, key):
+        return self.choice(epoch, batch_number)
+
+
+def sample_draw(seed, epoch, rank, batch_number, place):
+    """The seed of one sample's augmentation draws: a function of where it lies in the run alone
+    (seed, epoch, rank, batch, place in the batch)."""
+    return random.Random("draw-%d-%d-%d-%d-%d" % (seed, epoch, rank, batch_number, place)).getrandbits(32)
+
+
+class SeededDrawBatchSampler(TaggedBatchSampler):
+    """The inner sampler's batches, each sample tagged with its own draw as ``(key, draw)``
+    (:func:`sample_draw`): the loader seeds its augmentation with it, so a sample draws the same
+    whichever worker process runs it and in whatever order the workers finish, no two samples
+    draw alike, and a resumed epoch draws what the stopped one drew."""
+
+    def tag(self, epoch, batch_number, place, key):
+        return sample_draw(self._seed, epoch, self._rank, batch_number, place)
