@@ -248,6 +248,26 @@ def test_a_data_report_that_cannot_be_made_leaves_the_job_going(tmp_path, caplog
     assert "data check: no report (RuntimeError: disk full)" in caplog.text
 
 
+def test_a_data_report_that_does_not_fit_on_the_disk_ends_the_job_at_its_start(tmp_path):
+    """A full disk is not the report's fault: the job's checkpoints and model would not fit
+    either, so it stops now with the project's DiskFullError, not hours later."""
+    from detector_training.data.generated.synthetic_coco import generate
+    from detector_training.errors import DiskFullError
+
+    generate(str(tmp_path / "coco"), 4, 2, seed=2)
+    model = tmp_path / "model"
+    model.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(model)], check=True)
+    try:
+        with pytest.raises(OSError):
+            with open(model / "filler", "wb") as handle:
+                handle.write(b"x" * (1 << 20))
+        with pytest.raises(DiskFullError, match="the disk is full: %s" % (model / "data_report")):
+            main.read_data(make_config(dataset="coco"), make_env(tmp_path), World(), ToyFamily())
+    finally:
+        subprocess.run(["umount", "-l", str(model)], check=False)
+
+
 def test_num_classes_other_than_the_datas_stops_before_the_network_is_built(tmp_path):
     from detector_training.errors import ConfigError
 

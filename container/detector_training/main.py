@@ -195,12 +195,15 @@ def read_data(config, env, world, family):
 
 def report_data(config, env, root, fmt):
     """The data check of what this job read, into the log and the model directory (its
-    data_report.md and .png); the job goes on whatever it says (the data was read already)."""
+    data_report.md and .png); the job goes on whatever it says (the data was read already), but
+    not past a full disk: its checkpoints and model would not fit either."""
     try:
         report = check_data.DataReport(env.paths.channels_dir, config.dataset, "the job's dataset")
         check_data.describe(report, fmt, fmt.labelled_root(root, env.paths.channels_dir), config)
         report.log()
         check_data.write_report(report, env.paths.model_dir)
+    except DiskFullError:
+        raise
     except Exception as exc:  # pylint: disable=broad-except
         LOG.warning("data check: no report (%s: %s)", type(exc).__name__, exc)
 

@@ -152,14 +152,19 @@ def test_sigterm_during_a_checkpoint_write_validation_and_the_final_write(job_di
     assert [r["epoch"] for r in state["history"]] == [0, 1] and "mAP" not in state["history"][1]
     assert not os.path.exists(os.path.join(base, "model", "model.params"))
 
-    # 3. During the final model write: it completes, the job ends with the whole model.
+    # 3. During the final model write: it completes, the job ends with the whole model, and what
+    # an earlier write killed part-way (SIGKILL) left in the model directory is gone.
     model = os.path.join(base, "model")
+    killed = [".tmp-model.params-k1ll3d", ".tmp-model-k1ll3d"]
+    os.makedirs(os.path.join(model, killed[1]))
+    with open(os.path.join(model, killed[0]), "wb") as handle:
+        handle.write(b"\0" * 100)
     job = Job(base, "third")
 
     def final_write():
         if "(next epoch 2, iteration 0)" not in job.log():
             return None
-        return next((n for n in os.listdir(model) if n.startswith(".tmp-")), None)
+        return next((n for n in os.listdir(model) if n.startswith(".tmp-") and n not in killed), None)
 
     job.stop_in_phase(final_write, lambda mark: os.path.exists(os.path.join(model, mark)))
     code, took = job.wait()

@@ -28,8 +28,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from detector_training.core.files import (REPLACED, TEMPORARIES, TEMPORARY, atomic_write_text, disk_full_error,
-                                         fsync_dir, full_disk, read_json, sync_file)
+from detector_training.core.files import (REPLACED, TEMPORARY, atomic_write_text, disk_full_error, fsync_dir,
+                                         full_disk, read_json, sweep_temporaries, sync_file)
 from detector_training.core.networks import load_parameters
 from detector_training.errors import CheckpointError, one_line
 
@@ -138,16 +138,7 @@ class CheckpointManager:
         complete = self.complete_names()
         for name in complete[: max(0, len(complete) - self.keep)]:
             shutil.rmtree(self._path(name), ignore_errors=True)
-        for name in os.listdir(self.directory):
-            if name.startswith(TEMPORARIES):
-                path = self._path(name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
+        sweep_temporaries(self.directory)
 
 
 def read_state(path):

@@ -28,6 +28,22 @@ REPLACED = ".old-"
 TEMPORARIES = (TEMPORARY, REPLACED)
 
 
+def sweep_temporaries(directory):
+    """Remove what a writer killed mid-write (SIGKILL, a lost host) left in ``directory``: the
+    project's temporaries (TEMPORARIES), files or directories; nothing else. Only while no write
+    into ``directory`` is under way."""
+    for name in os.listdir(directory):
+        if name.startswith(TEMPORARIES):
+            path = os.path.join(directory, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
 def fsync_dir(path):
     """Make a rename inside ``path`` durable (best effort: some filesystems refuse)."""
     try:

@@ -29,7 +29,8 @@ import re
 from dataclasses import dataclass
 
 from detector_training.core import archive
-from detector_training.core.files import atomic_save, atomic_save_prefix, json_preview, read_json, write_json
+from detector_training.core.files import (atomic_save, atomic_save_prefix, json_preview, read_json, sweep_temporaries,
+                                         write_json)
 from detector_training.errors import DiskFullError, ModelError
 
 LOG = logging.getLogger("detector_training")
@@ -92,6 +93,7 @@ class ModelDirectory:
     def write_final(self, *, family, config, net, classes, effective_config, history, validation,
                     fitted, stopped=None):
         os.makedirs(self.path, exist_ok=True)
+        sweep_temporaries(self.path)  # a killed earlier write's, which SageMaker would upload
         atomic_save(self._file(FINAL_PARAMS), net.save_parameters)
         write_json(self._file(CLASSES_FILE), list(classes))
         write_json(self._file(CONFIG_FILE), effective_config)
