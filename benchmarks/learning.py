@@ -163,10 +163,13 @@ FLOORS = {
     "ssd": {"set": {"epochs": "10", "val_interval": "10", "lr_warmup": "20"}, "style": "colours",
             "images": dict(n_train=80, n_train_2012=40, n_test=16),
             "floors": {"AP50": 0.05, "worst_class_AP": 0.012}},
-    # YOLOv3 from scratch barely starts in this budget: its floor only tells learning from none.
-    "yolo3": {"set": {"epochs": "10", "val_interval": "10", "lr_warmup": "20"}, "style": "colours",
+    # YOLOv3 from scratch does not learn its classes in this budget (which class scores is
+    # chance): its floor tells learning from none, not a class swap. At 96 px it takes twice the
+    # steps of 128 px for less time.
+    "yolo3": {"set": {"epochs": "18", "val_interval": "18", "lr_warmup": "20", "short": "96",
+                      "max_size": "96"}, "style": "colours",
               "images": dict(n_train=80, n_train_2012=40, n_test=16),
-              "floors": {"AP50": 0.0015}},
+              "floors": {"AP50": 0.048}},
     "mask_rcnn": {"set": {"epochs": "3", "val_interval": "3", "short": "96", "max_size": "144"},
                   "style": "colours", "images": dict(n_train=24, n_train_2012=8, n_test=12),
                   "floors": {"AP50": 0.004, "mask_AP50": 0.004}},
