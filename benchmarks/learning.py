@@ -154,12 +154,13 @@ def run_one(base, family, dataset, seed, args):
 # each floor is about half the worst seed measured and, where the recipe learns its classes, above
 # what it reaches with two classes swapped in its training labels (benchmarks/README.md,
 # "Learning floors"). Every recipe validates once, after its last epoch. A job is deterministic
-# for its seed on one machine, so CI's scores repeat exactly.
-FLOOR_SEED = 1  # measured seeds 1-3 (2026-12-07)
+# for its seed on one machine, but another CPU's floating-point kernels draw like another seed: the
+# floors leave room for the machine as for the seed.
+FLOOR_SEED = 1  # measured seeds 1-3 (2026-12-07) and seed 1 on a second machine
 FLOORS = {
     "faster_rcnn": {"set": {"epochs": "6", "val_interval": "6"}, "style": "colours",
                     "images": dict(n_train=32, n_train_2012=16, n_test=16),
-                    "floors": {"AP50": 0.30, "worst_class_AP": 0.20}},
+                    "floors": {"AP50": 0.30, "worst_class_AP": 0.09}},
     "ssd": {"set": {"epochs": "10", "val_interval": "10", "lr_warmup": "20"}, "style": "colours",
             "images": dict(n_train=80, n_train_2012=40, n_test=16),
             "floors": {"AP50": 0.05, "worst_class_AP": 0.012}},
