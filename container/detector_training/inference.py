@@ -210,14 +210,14 @@ def read_model_directory(directory, source=None):
 
 
 def _symbol_block(symbol_file, params_file, ctx):
-    """``SymbolBlock.imports`` of an exported network, each ROIAlign guarded against MXNet
-    1.9's CPU bug (:func:`roialign_guarded`)."""
+    """``SymbolBlock.imports`` of an exported network, its graph read under the model's JSON
+    policy (model_dir.read_symbol) and each ROIAlign guarded against MXNet 1.9's CPU bug
+    (:func:`roialign_guarded`)."""
     import json
 
     import mxnet as mx
 
-    with open(symbol_file) as handle:
-        graph = roialign_guarded(json.load(handle))
+    graph = roialign_guarded(model_dir.read_symbol(symbol_file))
     net = mx.gluon.SymbolBlock(mx.sym.load_json(json.dumps(graph)), [mx.sym.var("data")])
     net.collect_params().load(params_file, ctx=ctx, cast_dtype=True, dtype_source="saved")
     return net

@@ -178,12 +178,18 @@ CLASSES_FIX = ("use the classes.json that the training job wrote with this netwo
                "with the class list you want.")
 
 
+def read_symbol(symbol_file):
+    """An exported network's graph (``<prefix>-symbol.json``, from a model: bytes from outside)
+    under the JSON policy, capped by FILE_CAPS; ModelError otherwise."""
+    return read_json(symbol_file, FILE_CAPS[SYMBOL_FILE], error=ModelError, fix=FIX)
+
+
 def predicted_classes(symbol_file):
     """How many classes the exported network in ``symbol_file`` predicts (read from its graph, see
     _CLASS_ID_RANGE), or None when its graph has no class-id operator this reader knows (then
     nothing is checked). ModelError for a file that is not JSON, or a graph whose decoders
     disagree."""
-    graph = read_json(symbol_file, FILE_CAPS[SYMBOL_FILE], error=ModelError, fix=FIX)
+    graph = read_symbol(symbol_file)
     nodes = graph.get("nodes") if isinstance(graph, dict) else None
     counts = set()
     for node in nodes if isinstance(nodes, list) else ():  # not a graph: MXNet's loader says so
