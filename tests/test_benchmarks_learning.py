@@ -53,6 +53,18 @@ def test_every_family_has_a_floor_recipe_on_its_demo_network():
         assert floor["style"] in learning.DATASETS and 0 < min(floor["floors"].values()) < 1
 
 
+def test_each_real_export_floor_is_its_familys_real_recipe_scored_once():
+    assert learning.REAL_FLOORS
+    for name, floor in learning.REAL_FLOORS.items():
+        assert name in learning.REAL_EXPORTS and floor["family"] in learning.FAMILIES
+        hyperparameters = learning.real_floor_recipe(name, seed=5)
+        assert "dataset" not in hyperparameters  # the job recognises the export's format
+        assert hyperparameters["network"] == learning.FAMILIES[floor["family"]]
+        assert hyperparameters["seed"] == "5"
+        assert int(hyperparameters["val_interval"]) == int(hyperparameters["epochs"])  # scored once
+        assert 0 < min(floor["floors"].values()) < 1
+
+
 def test_each_real_export_is_laid_out_as_its_tool_wrote_it_and_recognised(tmp_path):
     """The real-data rows (--real): each export of ../shared/data/real-exports/ unpacked into the
     'train' channel is recognised as the format the row names, and the recipe leaves `dataset`
