@@ -65,6 +65,16 @@ def test_each_real_export_floor_is_its_familys_real_recipe_scored_once():
         assert 0 < min(floor["floors"].values()) < 1
 
 
+def test_floors_measures_the_real_export_floors_of_the_families_asked_for():
+    def labels(families, exports=",".join(learning.REAL_EXPORTS)):
+        args = learning.argparse.Namespace(families=families, exports=exports)
+        return [label for label, _floors, _run in learning.floor_jobs(args)]
+
+    assert labels("faster_rcnn,ssd") == ["faster_rcnn", "ssd", "faster_rcnn on raccoon-labelimg-voc"]
+    assert labels("ssd") == ["ssd"]  # the raccoon floor is Faster R-CNN's
+    assert labels("faster_rcnn", exports="aquarium-roboflow-yolov5") == ["faster_rcnn"]
+
+
 def test_each_real_export_is_laid_out_as_its_tool_wrote_it_and_recognised(tmp_path):
     """The real-data rows (--real): each export of ../shared/data/real-exports/ unpacked into the
     'train' channel is recognised as the format the row names, and the recipe leaves `dataset`
