@@ -156,14 +156,14 @@ def run_one(base, family, dataset, seed, args):
 # "Learning floors"). Every recipe validates once, after its last epoch. A job is deterministic
 # for its seed on one machine, but another CPU's floating-point kernels draw like another seed: the
 # floors leave room for the machine as for the seed.
-FLOOR_SEED = 1  # measured seeds 1-3 (2026-12-07) and seed 1 on a second machine
+FLOOR_SEED = 1  # measured seeds 1-3 (2026-12-07; SSD's and Mask R-CNN's recipes on one machine)
 FLOORS = {
     "faster_rcnn": {"set": {"epochs": "6", "val_interval": "6"}, "style": "colours",
                     "images": dict(n_train=32, n_train_2012=16, n_test=16),
                     "floors": {"AP50": 0.30, "worst_class_AP": 0.09}},
-    "ssd": {"set": {"epochs": "10", "val_interval": "10", "lr_warmup": "20"}, "style": "colours",
+    "ssd": {"set": {"epochs": "16", "val_interval": "16", "lr_warmup": "20"}, "style": "colours",
             "images": dict(n_train=80, n_train_2012=40, n_test=16),
-            "floors": {"AP50": 0.05, "worst_class_AP": 0.012}},
+            "floors": {"AP50": 0.10, "worst_class_AP": 0.05}},
     # YOLOv3 from scratch does not learn its classes in this budget (which class scores is
     # chance): its floor tells learning from none, not a class swap. At 96 px it takes twice the
     # steps of 128 px for less time.
@@ -171,9 +171,12 @@ FLOORS = {
                       "max_size": "96"}, "style": "colours",
               "images": dict(n_train=80, n_train_2012=40, n_test=16),
               "floors": {"AP50": 0.048}},
-    "mask_rcnn": {"set": {"epochs": "3", "val_interval": "3", "short": "96", "max_size": "144"},
+    # Mask R-CNN at half the demo's learning rate: at its 0.02 one seed of six epochs diverged.
+    # Its worst class's AP is COCO's (IoU 0.50:0.95), as the job scores COCO-format data.
+    "mask_rcnn": {"set": {"epochs": "6", "val_interval": "6", "lr": "0.01", "short": "96",
+                          "max_size": "144"},
                   "style": "colours", "images": dict(n_train=24, n_train_2012=8, n_test=12),
-                  "floors": {"AP50": 0.004, "mask_AP50": 0.004}},
+                  "floors": {"AP50": 0.30, "mask_AP50": 0.25, "worst_class_AP": 0.08}},
 }
 
 
