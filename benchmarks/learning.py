@@ -23,9 +23,9 @@ the export's own validation split (``real.json``). ``--sideways`` adds each expo
 stored turned, as phones store them, with the EXIF Orientation tag 6 (annotations unchanged).
 
 With ``--floors`` it measures instead each family's CI floor recipe (FLOORS, what
-tests/end_to_end/test_learning_floors.py runs) over the seeds: the scores (also the worst class's
-AP, ``worst_class_AP``), the first and last epoch's training loss, and the worst seed against the
-floor (``floors.json``).
+tests/end_to_end/test_learning_floors.py runs) and each real export's (REAL_FLOORS) over the
+seeds: the scores (also the worst class's AP, ``worst_class_AP``), the first and last epoch's
+training loss, and the worst seed against the floor (``floors.json``).
 
 Usage: python benchmarks/learning.py [--seeds 3] [--families faster_rcnn,yolo3,ssd,mask_rcnn]
        [--datasets demo,other] [--epochs N] [--output out/bench-learning] [--floors]
@@ -153,10 +153,10 @@ def run_one(base, family, dataset, seed, args):
 # ('colours'), and the held-out scores it must reach. ``--floors`` measures the recipes over seeds;
 # each floor is about half the worst seed measured (0.4 or less where one machine measured it)
 # and, where the recipe learns its classes, above what it reaches with two classes swapped in its
-# training labels (benchmarks/README.md,
-# "Learning floors"). Every recipe validates once, after its last epoch. A job is deterministic
-# for its seed on one machine, but another CPU's floating-point kernels draw like another seed: the
-# floors leave room for the machine as for the seed.
+# training labels (benchmarks/README.md, "Learning floors"). Every recipe validates once, after
+# its last epoch. A job is deterministic for its seed on one machine, but another CPU's
+# floating-point kernels draw like another seed: the floors leave room for the machine as for the
+# seed.
 FLOOR_SEED = 1  # measured seeds 1-3 (2026-12-07; SSD's and Mask R-CNN's recipes on one machine)
 FLOORS = {
     "faster_rcnn": {"set": {"epochs": "6", "val_interval": "6"}, "style": "colours",

@@ -4,7 +4,7 @@ in shape and colour (the ``colours`` style), must learn: held-out box AP50 (Mask
 AP50) and, where the recipe learns every class, the worst class's AP at or above its floor, and
 its last epoch's training loss below its first. A real export as its tool wrote it must be learnt
 past its floor too (learning.REAL_FLOORS: Faster R-CNN on the labelImg raccoon photos). Each
-floor is about half the worst of 3 seeds and above what the same recipe reaches with its training
+floor is half the worst of 3 seeds or less and above what the same recipe reaches with its training
 labels broken on purpose: two classes swapped (YOLOv3, which does not learn its classes in this
 budget, and the raccoon export, of one class: every box moved by half its size)
 (benchmarks/README.md, "Learning floors"). The job is deterministic for a seed on one machine
