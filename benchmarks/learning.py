@@ -218,13 +218,14 @@ def run_real_floor(base, name, seed=FLOOR_SEED):
 
 
 def floor_jobs(args):
-    """The floors ``--floors`` measures: (label, floors, run(base, seed)) for each family of
-    ``--families`` and each real export of ``--exports`` with a floor whose family is one of them."""
+    """The floors ``--floors`` measures: (label, recipe, floors, run(base, seed)) for each family
+    of ``--families`` and each real export of ``--exports`` with a floor whose family is one of
+    them."""
     families_wanted = args.families.split(",")
-    jobs = [(family, FLOORS[family]["floors"],
+    jobs = [(family, floor_recipe(family), FLOORS[family]["floors"],
              lambda base, seed, family=family: run_floor(base, family, seed))
             for family in families_wanted]
-    jobs += [("%s on %s" % (floor["family"], name), floor["floors"],
+    jobs += [("%s on %s" % (floor["family"], name), real_floor_recipe(name), floor["floors"],
               lambda base, seed, name=name: run_real_floor(base, name, seed))
              for name, floor in REAL_FLOORS.items()
              if name in args.exports.split(",") and floor["family"] in families_wanted]
@@ -236,7 +237,7 @@ def measure_floors(args):
     1..N; a table of the floors, each seed's scores and losses, and the worst seed against the
     floor."""
     runs, jobs = [], floor_jobs(args)
-    for label, floors, run_one_floor in jobs:
+    for label, _recipe, floors, run_one_floor in jobs:
         for seed in range(1, args.seeds + 1):
             base = os.path.abspath(os.path.join(args.output, "floors", label.replace(" ", "-"),
                                                 "seed%d" % seed))
@@ -248,7 +249,7 @@ def measure_floors(args):
     print("\n| floor | score | floor | per seed (1..%d) | worst / floor | first -> last epoch's "
           "loss (per seed) | median CPU s / wall s |" % args.seeds)
     print("|---|---|---|---|---|---|---|")
-    for label, floors, _run in jobs:
+    for label, _recipe, floors, _run in jobs:
         mine = [r for r in runs if r["floor"] == label]
         for score, floor in floors.items():
             values = [r[score] for r in mine]
@@ -259,9 +260,7 @@ def measure_floors(args):
                 statistics.median(r["wall_s"] for r in mine)))
     os.makedirs(args.output, exist_ok=True)
     path = os.path.join(args.output, "floors.json")
-    recipes = {f: floor_recipe(f) for f in args.families.split(",")}
-    recipes.update({name: real_floor_recipe(name) for name in REAL_FLOORS
-                    if any(label.endswith(" on " + name) for label, _f, _r in jobs)})
+    recipes = {label: recipe for label, recipe, _floors, _run in jobs}
     with open(path, "w") as handle:
         json.dump({"recipes": recipes, "floors": FLOORS, "real_floors": REAL_FLOORS,
                    "cores": os.cpu_count(), "runs": runs}, handle, indent=1)

@@ -68,7 +68,7 @@ def test_each_real_export_floor_is_its_familys_real_recipe_scored_once():
 def test_floors_measures_the_real_export_floors_of_the_families_asked_for():
     def labels(families, exports=",".join(learning.REAL_EXPORTS)):
         args = learning.argparse.Namespace(families=families, exports=exports)
-        return [label for label, _floors, _run in learning.floor_jobs(args)]
+        return [label for label, _recipe, _floors, _run in learning.floor_jobs(args)]
 
     assert labels("faster_rcnn,ssd") == ["faster_rcnn", "ssd", "faster_rcnn on raccoon-labelimg-voc"]
     assert labels("ssd") == ["ssd"]  # the raccoon floor is Faster R-CNN's
